@@ -1,0 +1,105 @@
+//! The launch handshake between the shim and `rund-agent launch`.
+//!
+//! The shim starts `rund-agent launch` with three inherited fds:
+//! - fd 3 ([`LISTEN_FD`]): the listening unix stream socket the agent serves ttrpc on;
+//! - fd 4 ([`FDPASS_FD`]): the fd side channel (SOCK_SEQPACKET, see `fdpass`);
+//! - fd 5 ([`SYNC_FD`]): this handshake (SOCK_SEQPACKET), closed once the agent runs.
+//!
+//! On fd 5, in order:
+//! 1. shim -> launcher: an `fdpass` message with `exec_id = "launch"` carrying
+//!    the namespaces to join (`FdKind::Namespace`), then one [`LaunchConfig`] JSON message.
+//! 2. The launcher, still in the initial user namespace, sets `rlimits` (so a
+//!    raise happens before any user namespace exists), then joins the namespace fds.
+//! 3. If `userns`: it unshares CLONE_NEWUSER and sends [`SyncMsg::UsernsReady`]
+//!    with its pid; the shim writes uid_map/gid_map and answers [`SyncMsg::MapsWritten`];
+//!    the launcher then becomes root inside (setresgid/setgroups/setresuid 0).
+//! 4. It unshares mount, pid and the `new_*` namespaces, forks the agent (PID 1
+//!    of the new pid namespace), sends [`SyncMsg::AgentPid`] and exits 0.
+//! 5. Any failure is sent as [`SyncMsg::Error`] and the launcher exits 1.
+//!    After the agent is serving, it sends [`SyncMsg::Ready`] on fd 5 and closes it.
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use nix::sys::socket::{recv, send, MsgFlags};
+use serde::{Deserialize, Serialize};
+
+pub const LISTEN_FD: i32 = 3;
+pub const FDPASS_FD: i32 = 4;
+pub const SYNC_FD: i32 = 5;
+
+/// One rlimit, as in OCI `process.rlimits` ("RLIMIT_MEMLOCK", soft, hard).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rlimit {
+    pub kind: String,
+    pub soft: u64,
+    pub hard: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchConfig {
+    pub sandbox_id: String,
+    /// Enter a new user namespace (the shim writes the maps).
+    pub userns: bool,
+    pub new_net: bool,
+    pub new_ipc: bool,
+    pub new_uts: bool,
+    pub new_cgroup: bool,
+    pub hostname: Option<String>,
+    /// Set by the launcher before any user namespace is entered.
+    pub rlimits: Vec<Rlimit>,
+    pub debug: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "msg")]
+pub enum SyncMsg {
+    UsernsReady { pid: i32 },
+    MapsWritten,
+    AgentPid { pid: i32 },
+    Ready,
+    Error { message: String },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error("launch handshake: {0}")]
+    Io(#[from] nix::Error),
+    #[error("launch handshake: bad message: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("launch handshake: peer closed the channel")]
+    Closed,
+}
+
+/// Sends one JSON message as a single datagram.
+pub fn send_json<T: Serialize>(sock: BorrowedFd<'_>, msg: &T) -> Result<(), SyncError> {
+    let body = serde_json::to_vec(msg)?;
+    send(sock.as_raw_fd(), &body, MsgFlags::MSG_NOSIGNAL)?;
+    Ok(())
+}
+
+/// Receives one JSON datagram.
+pub fn recv_json<T: for<'de> Deserialize<'de>>(sock: BorrowedFd<'_>) -> Result<T, SyncError> {
+    let mut buf = vec![0u8; crate::fdpass::MAX_HEADER];
+    let n = recv(sock.as_raw_fd(), &mut buf, MsgFlags::empty())?;
+    if n == 0 {
+        return Err(SyncError::Closed);
+    }
+    Ok(serde_json::from_slice(&buf[..n])?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn sync_messages_roundtrip() {
+        let (a, b) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap();
+        send_json(a.as_fd(), &SyncMsg::AgentPid { pid: 42 }).unwrap();
+        let m: SyncMsg = recv_json(b.as_fd()).unwrap();
+        assert_eq!(m, SyncMsg::AgentPid { pid: 42 });
+        drop(a);
+        assert!(matches!(recv_json::<SyncMsg>(b.as_fd()), Err(SyncError::Closed)));
+    }
+}

@@ -1,0 +1,144 @@
+//! A fake cgroupfs in an ordinary directory, for tests without root.
+//! It mimics the kernel rules the pool relies on: mkdir seeds control files,
+//! rmdir refuses busy or non-leaf cgroups, rename refuses existing targets,
+//! and on v2 rename is refused (EPERM) as the kernel does.
+
+use super::CgroupFs;
+use std::io;
+use std::path::Path;
+
+/// Fake cgroupfs. `files` are seeded (name, content) into every new directory.
+#[derive(Debug, Clone)]
+pub struct FakeFs {
+    files: Vec<(String, String)>,
+    allow_rename: bool,
+}
+
+impl FakeFs {
+    /// A fake v2 tree: rename refused, typical v2 control files.
+    pub fn v2() -> Self {
+        let files = [
+            ("cgroup.procs", ""),
+            ("cgroup.freeze", "0\n"),
+            ("cgroup.events", "populated 0\nfrozen 0\n"),
+            ("cgroup.controllers", "cpuset cpu io memory hugetlb pids\n"),
+            ("cgroup.subtree_control", ""),
+            ("memory.max", "max\n"),
+            ("memory.high", "max\n"),
+            ("memory.low", "0\n"),
+            ("memory.min", "0\n"),
+            ("memory.swap.max", "max\n"),
+            ("memory.current", "0\n"),
+            ("memory.swap.current", "0\n"),
+            ("memory.events", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n"),
+            ("memory.stat", "anon 0\nfile 0\n"),
+            ("memory.oom.group", "0\n"),
+            ("cpu.max", "max 100000\n"),
+            ("cpu.weight", "100\n"),
+            ("cpu.stat", "usage_usec 0\nuser_usec 0\nsystem_usec 0\nnr_periods 0\nnr_throttled 0\nthrottled_usec 0\n"),
+            ("cpuset.cpus", ""),
+            ("cpuset.mems", ""),
+            ("pids.max", "max\n"),
+            ("pids.current", "0\n"),
+            ("io.max", ""),
+            ("io.weight", "default 100\n"),
+            ("io.stat", ""),
+        ];
+        FakeFs {
+            files: files
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect(),
+            allow_rename: false,
+        }
+    }
+
+    /// A fake v1 hierarchy: rename allowed, only cgroup.procs and tasks.
+    pub fn v1() -> Self {
+        FakeFs {
+            files: vec![
+                ("cgroup.procs".into(), String::new()),
+                ("tasks".into(), String::new()),
+            ],
+            allow_rename: true,
+        }
+    }
+
+    /// Seed the root of a fake tree with the control files.
+    pub fn seed_root(&self, root: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(root)?;
+        self.seed(root)
+    }
+
+    fn seed(&self, dir: &Path) -> io::Result<()> {
+        for (name, content) in &self.files {
+            std::fs::write(dir.join(name), content)?;
+        }
+        Ok(())
+    }
+}
+
+impl CgroupFs for FakeFs {
+    fn mkdir(&self, path: &Path) -> io::Result<()> {
+        std::fs::create_dir(path)?;
+        self.seed(path)
+    }
+
+    fn rmdir(&self, path: &Path) -> io::Result<()> {
+        if !path.is_dir() {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        if !self.subdirs(path)?.is_empty() {
+            return Err(io::Error::from_raw_os_error(libc::ENOTEMPTY));
+        }
+        let procs = std::fs::read_to_string(path.join("cgroup.procs")).unwrap_or_default();
+        if !procs.trim().is_empty() {
+            return Err(io::Error::from_raw_os_error(libc::EBUSY));
+        }
+        std::fs::remove_dir_all(path)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        if !self.allow_rename {
+            return Err(io::Error::from_raw_os_error(libc::EPERM));
+        }
+        if !from.is_dir() {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        if to.exists() {
+            return Err(io::Error::from_raw_os_error(libc::EEXIST));
+        }
+        std::fs::rename(from, to)
+    }
+
+    fn write(&self, path: &Path, data: &str) -> io::Result<()> {
+        if !path.is_file() {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        match name {
+            // The kernel appends pids; keep that so emptiness checks work.
+            "cgroup.procs" => {
+                let mut cur = std::fs::read_to_string(path)?;
+                cur.push_str(data.trim());
+                cur.push('\n');
+                std::fs::write(path, cur)
+            }
+            "cgroup.freeze" => {
+                std::fs::write(path, data)?;
+                let frozen = data.trim() == "1";
+                let events = format!("populated 0\nfrozen {}\n", u8::from(frozen));
+                std::fs::write(path.with_file_name("cgroup.events"), events)
+            }
+            _ => std::fs::write(path, data),
+        }
+    }
+
+    fn read(&self, path: &Path) -> io::Result<String> {
+        std::fs::read_to_string(path)
+    }
+
+    fn subdirs(&self, path: &Path) -> io::Result<Vec<String>> {
+        super::RealFs.subdirs(path)
+    }
+}

@@ -1,0 +1,286 @@
+//! A private containerd 1.6 per test: its own root, state, sockets, config and PATH.
+//!
+//! Never touches /run/containerd or the system containerd. Dropping it stops containerd by pid,
+//! ends what it left running (only processes that reference this instance's dir), unmounts
+//! leftovers, removes the test cgroups and deletes the dir.
+
+mod cleanup;
+pub mod config;
+mod ctr;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::bins::{self, RundBins};
+use crate::cmd::{self, CmdOutput};
+use crate::error::{Error, IoContext, Result};
+use crate::rootfs::HARNESS_BASE;
+pub use config::Layout;
+pub use ctr::{RunSpec, TaskInfo};
+
+/// The containerd binary the tests run (Debian's 1.6.20).
+pub const CONTAINERD_BIN: &str = "/usr/bin/containerd";
+/// The ctr binary.
+pub const CTR_BIN: &str = "/usr/bin/ctr";
+/// The CRI namespace.
+pub const K8S_NAMESPACE: &str = "k8s.io";
+/// Runtime names.
+pub const RUND_RUNTIME: &str = "io.containerd.rund.v2";
+pub const RUNC_RUNTIME: &str = "io.containerd.runc.v2";
+/// Set to `1` to keep the instance dir (logs, state) after the test for debugging.
+pub const KEEP_ENV: &str = "RUND_IT_KEEP";
+
+/// How to start the private containerd.
+#[derive(Debug, Clone)]
+pub struct ContainerdOpts {
+    /// Enable the CRI plugin (runtime handlers `rund`, and `runc` when `with_runc`).
+    pub cri: bool,
+    /// Put Debian's runc and containerd-shim-runc-v2 on PATH (reference runs, benches).
+    pub with_runc: bool,
+    /// Put rund's binaries on PATH when they are built (default true).
+    pub with_rund: bool,
+    /// containerd log level debug instead of info.
+    pub debug: bool,
+    /// CRI sandbox image; default [`crate::image::BUSYBOX_IMAGE`].
+    pub sandbox_image: Option<String>,
+    /// `ConfigPath` in the CRI `rund` runtime options.
+    pub rund_config_path: Option<PathBuf>,
+    /// Appended verbatim to config.toml.
+    pub extra_config: String,
+    /// How long to wait for the socket to answer.
+    pub start_timeout: Duration,
+}
+
+impl Default for ContainerdOpts {
+    fn default() -> Self {
+        ContainerdOpts {
+            cri: false,
+            with_runc: false,
+            with_rund: true,
+            debug: true,
+            sandbox_image: None,
+            rund_config_path: None,
+            extra_config: String::new(),
+            start_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl ContainerdOpts {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn cri(mut self) -> Self {
+        self.cri = true;
+        self
+    }
+    pub fn with_runc(mut self) -> Self {
+        self.with_runc = true;
+        self
+    }
+    pub fn without_rund(mut self) -> Self {
+        self.with_rund = false;
+        self
+    }
+}
+
+/// A running private containerd.
+#[derive(Debug)]
+pub struct Containerd {
+    /// The instance dir (`/tmp/rund-it/cXXXXXX`); everything lives under it.
+    pub dir: PathBuf,
+    pub layout: Layout,
+    /// A namespace unique to this instance, used by [`Containerd::ctr`] and the run helpers.
+    pub namespace: String,
+    /// A cgroup parent unique to this instance, for CRI pods (`/rit-XXXXXX-pods`).
+    pub cgroup_parent: String,
+    /// containerd's PATH: one dir of symlinks.
+    pub path_dir: PathBuf,
+    /// containerd's stdout+stderr.
+    pub log: PathBuf,
+    /// rund's binaries, when they were found and linked.
+    pub rund: Option<RundBins>,
+    pub opts: ContainerdOpts,
+    child: Option<Child>,
+}
+
+impl Containerd {
+    /// Start containerd and wait until `ctr version` answers.
+    pub fn start(opts: ContainerdOpts) -> Result<Containerd> {
+        for b in [CONTAINERD_BIN, CTR_BIN] {
+            if !bins::is_executable(Path::new(b)) {
+                return Err(Error::ToolMissing(format!("{b} (Debian package containerd)")));
+            }
+        }
+        std::fs::create_dir_all(HARNESS_BASE).ctx("create harness base", HARNESS_BASE)?;
+        let dir = tempfile::Builder::new()
+            .prefix("c")
+            .rand_bytes(6)
+            .tempdir_in(HARNESS_BASE)
+            .ctx("create instance dir", HARNESS_BASE)?
+            .keep();
+        let suffix = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().trim_start_matches('c').to_lowercase())
+            .unwrap_or_default();
+        let rund = if opts.with_rund {
+            RundBins::find().ok()
+        } else {
+            None
+        };
+        let mut me = Containerd {
+            layout: Layout::new(&dir),
+            namespace: format!("rit-{suffix}"),
+            cgroup_parent: format!("/rit-{suffix}-pods"),
+            path_dir: dir.join("bin"),
+            log: dir.join("containerd.log"),
+            dir,
+            rund,
+            opts,
+            child: None,
+        };
+        // From here on, Drop cleans up whatever a failure leaves.
+        me.spawn()?;
+        me.wait_ready()?;
+        Ok(me)
+    }
+
+    fn spawn(&mut self) -> Result<()> {
+        bins::populate_path_dir(&self.path_dir, self.rund.as_ref(), self.opts.with_runc)?;
+        for d in [&self.layout.root, &self.layout.state, &self.layout.cni_conf] {
+            std::fs::create_dir_all(d).ctx("create containerd dir", d)?;
+        }
+        let cfg_path = self.dir.join("config.toml");
+        let cfg = config::render(&self.layout, &self.opts);
+        std::fs::write(&cfg_path, cfg).ctx("write config.toml", &cfg_path)?;
+        let log = std::fs::File::create(&self.log).ctx("create log", &self.log)?;
+        let log2 = log.try_clone().ctx("dup log", &self.log)?;
+        let mut cmd = Command::new(CONTAINERD_BIN);
+        cmd.arg("--config")
+            .arg(&cfg_path)
+            .env_clear()
+            .env("PATH", &self.path_dir)
+            .env("HOME", &self.dir)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .current_dir(&self.dir);
+        for (k, v) in std::env::vars_os() {
+            let key = k.to_string_lossy();
+            if key.starts_with("RUND_") || key.starts_with("RUST_") {
+                cmd.env(&k, &v);
+            }
+        }
+        self.child = Some(cmd.spawn().ctx("spawn containerd", CONTAINERD_BIN)?);
+        Ok(())
+    }
+
+    fn wait_ready(&mut self) -> Result<()> {
+        let deadline = Instant::now() + self.opts.start_timeout;
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(st)) = child.try_wait() {
+                    return Err(self.not_ready(format!("containerd exited: {st}")));
+                }
+            }
+            let mut c = Command::new(CTR_BIN);
+            c.arg("--address").arg(&self.layout.grpc).arg("version");
+            if let Ok(out) = cmd::run(c, None, Duration::from_secs(5)) {
+                if out.success() && out.stdout.contains("Server:") {
+                    return Ok(());
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(self.not_ready(String::new()));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn not_ready(&self, why: String) -> Error {
+        Error::NotReady {
+            socket: self.layout.grpc.display().to_string(),
+            secs: self.opts.start_timeout.as_secs(),
+            log: format!("{why}\n{}", self.log_tail(40)),
+        }
+    }
+
+    /// containerd's pid.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// The gRPC socket path.
+    pub fn address(&self) -> &Path {
+        &self.layout.grpc
+    }
+
+    /// Whether rund's binaries are on this containerd's PATH.
+    pub fn has_rund(&self) -> bool {
+        self.rund.is_some()
+    }
+
+    /// Host paths whose mention attributes a mount or process to this instance.
+    pub fn watch_prefixes(&self) -> Vec<PathBuf> {
+        vec![self.dir.clone()]
+    }
+
+    /// Cgroup roots of this instance: `/<namespace>` (ctr) and the CRI cgroup parent.
+    pub fn cgroup_roots(&self) -> Vec<String> {
+        vec![format!("/{}", self.namespace), self.cgroup_parent.clone()]
+    }
+
+    /// A busybox rootfs private to this instance (`<dir>/rootfs`), built on first call.
+    /// Being under the instance dir, leak checks and clean-up cover it.
+    pub fn busybox_rootfs(&self) -> Result<PathBuf> {
+        let p = self.dir.join("rootfs");
+        if !p.join("bin/busybox").exists() {
+            crate::rootfs::busybox_rootfs(&p)?;
+        }
+        Ok(p)
+    }
+
+    /// Last `n` lines of containerd's log (shim logs land here too).
+    pub fn log_tail(&self, n: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// Stop containerd: SIGTERM, up to 10 s, then SIGKILL. Idempotent.
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let pid = Pid::from_raw(child.id() as i32);
+        if matches!(child.try_wait(), Ok(None)) {
+            let _ = kill(pid, Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if matches!(child.try_wait(), Ok(None)) {
+                let _ = child.kill();
+            }
+        }
+        let _ = child.wait();
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "---- containerd log tail ({}) ----\n{}\n----",
+                self.log.display(),
+                self.log_tail(80)
+            );
+        }
+        self.stop();
+        cleanup::after_stop(self);
+    }
+}

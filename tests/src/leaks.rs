@@ -1,0 +1,367 @@
+//! Leak detection: what one containerd instance (and the shims, agents and containers it started)
+//! has on the host. Take a snapshot before, one after, and diff.
+//!
+//! Attribution is strict so parallel tests never see each other's objects:
+//! - mounts: a /proc/mounts line that mentions the instance dir, its namespace or an extra path;
+//! - cgroups: dirs strictly below `/<namespace>` and the CRI cgroup parent, in every hierarchy;
+//! - processes: anything whose cmdline or environment mentions the instance dir (shims get
+//!   `-address` and `TTRPC_ADDRESS`), that lives in one of those cgroups, or descends from one of
+//!   those or from containerd; never the test process or its direct children (ctr);
+//! - sockets: any socket file under the instance dir except containerd's own, plus sockets under
+//!   /run/containerd/s and /run/rund held by an owned process;
+//! - bundles: dirs under `<state>/io.containerd.runtime.v2.task/<ns>/`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::containerd::Containerd;
+
+/// Global dirs where shims put their sockets.
+const GLOBAL_SOCKET_DIRS: &[&str] = &["/run/containerd/s", "/run/rund"];
+
+/// One process as seen in /proc.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcInfo {
+    pub pid: u32,
+    pub ppid: u32,
+    pub comm: String,
+    pub cmdline: String,
+}
+
+/// Everything attributable to one containerd instance at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeakSnapshot {
+    pub mounts: BTreeSet<String>,
+    pub cgroups: BTreeSet<String>,
+    /// "pid comm cmdline"
+    pub processes: BTreeSet<String>,
+    pub sockets: BTreeSet<String>,
+    pub bundles: BTreeSet<String>,
+}
+
+impl LeakSnapshot {
+    /// Snapshot for `ctd`.
+    pub fn take(ctd: &Containerd) -> LeakSnapshot {
+        Self::take_with(ctd, &[])
+    }
+
+    /// Snapshot for `ctd`, also watching mounts that mention any of `extra` paths.
+    pub fn take_with(ctd: &Containerd, extra: &[PathBuf]) -> LeakSnapshot {
+        let mut needles: Vec<String> = ctd
+            .watch_prefixes()
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        needles.push(format!("/{}/", ctd.namespace));
+        needles.extend(extra.iter().map(|p| p.display().to_string()));
+        let procs = owned_processes(&ctd.watch_prefixes(), &ctd.cgroup_roots(), ctd.pid());
+        let mut sockets = sockets_under(&ctd.dir);
+        for s in [&ctd.layout.grpc, &ctd.layout.ttrpc] {
+            sockets.remove(&s.display().to_string());
+        }
+        sockets.extend(global_sockets_held_by(&procs));
+        LeakSnapshot {
+            mounts: mount_lines(&needles),
+            cgroups: cgroup_dirs(&ctd.cgroup_roots()),
+            processes: procs
+                .iter()
+                .map(|p| format!("{} {} {}", p.pid, p.comm, p.cmdline))
+                .collect(),
+            sockets,
+            bundles: bundles(ctd),
+        }
+    }
+
+    /// What `after` has that `self` (before) has not, as readable text; `None` when clean.
+    pub fn diff(&self, after: &LeakSnapshot) -> Option<String> {
+        let mut out = String::new();
+        let sections = [
+            ("mounts", &self.mounts, &after.mounts),
+            ("cgroups", &self.cgroups, &after.cgroups),
+            ("processes", &self.processes, &after.processes),
+            ("sockets", &self.sockets, &after.sockets),
+            ("bundles", &self.bundles, &after.bundles),
+        ];
+        for (name, before, after) in sections {
+            let new: Vec<&String> = after.difference(before).collect();
+            if !new.is_empty() {
+                out.push_str(&format!("leaked {name}:\n"));
+                for n in new {
+                    out.push_str(&format!("  + {n}\n"));
+                }
+            }
+        }
+        (!out.is_empty()).then_some(out)
+    }
+}
+
+/// Panic with a readable diff if `after` holds anything `before` did not.
+pub fn assert_no_leaks(before: &LeakSnapshot, after: &LeakSnapshot) {
+    if let Some(d) = before.diff(after) {
+        panic!("resources leaked:\n{d}");
+    }
+}
+
+/// Re-take the snapshot until it matches `before` or `grace` passes (shims exit asynchronously
+/// after `delete`), then assert. Returns the final snapshot.
+pub fn assert_no_leaks_within(
+    ctd: &Containerd,
+    before: &LeakSnapshot,
+    grace: Duration,
+) -> LeakSnapshot {
+    let deadline = Instant::now() + grace;
+    loop {
+        let after = LeakSnapshot::take(ctd);
+        if before.diff(&after).is_none() || Instant::now() >= deadline {
+            assert_no_leaks(before, &after);
+            return after;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn mount_lines(needles: &[String]) -> BTreeSet<String> {
+    let text = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    text.lines()
+        .filter(|l| needles.iter().any(|n| l.contains(n.as_str())))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Mount points (second field of /proc/self/mounts) under any of `dirs`.
+pub fn mount_points_under(dirs: &[PathBuf]) -> Vec<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .map(unescape_mount)
+        .map(PathBuf::from)
+        .filter(|p| dirs.iter().any(|d| p.starts_with(d)))
+        .collect()
+}
+
+/// /proc/mounts escapes space, tab, newline and backslash as octal.
+fn unescape_mount(s: &str) -> String {
+    s.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
+}
+
+/// Mount points of every cgroup hierarchy (v1 controllers and the v2 mount).
+pub fn cgroup_mounts() -> Vec<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() > 2 && (f[2] == "cgroup" || f[2] == "cgroup2")).then(|| PathBuf::from(f[1]))
+        })
+        .collect()
+}
+
+/// Dirs strictly below each root, in every hierarchy, as "<mount>:<path>".
+fn cgroup_dirs(roots: &[String]) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for m in cgroup_mounts() {
+        for r in roots {
+            let base = m.join(r.trim_start_matches('/'));
+            let mut stack = vec![base.clone()];
+            while let Some(d) = stack.pop() {
+                let Ok(rd) = std::fs::read_dir(&d) else {
+                    continue;
+                };
+                for e in rd.flatten() {
+                    if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                        out.insert(format!("{}:{}", m.display(), e.path().display()));
+                        stack.push(e.path());
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// rmdir every (empty) cgroup under each root, deepest first, and the roots themselves.
+pub fn remove_cgroups(roots: &[String]) {
+    for m in cgroup_mounts() {
+        for r in roots {
+            let base = m.join(r.trim_start_matches('/'));
+            let mut dirs = vec![base.clone()];
+            let mut i = 0;
+            while i < dirs.len() {
+                if let Ok(rd) = std::fs::read_dir(&dirs[i]) {
+                    for e in rd.flatten() {
+                        if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                            dirs.push(e.path());
+                        }
+                    }
+                }
+                i += 1;
+            }
+            for d in dirs.iter().rev() {
+                let _ = std::fs::remove_dir(d);
+            }
+        }
+    }
+}
+
+fn read_proc(pid: u32) -> Option<(ProcInfo, String, String)> {
+    let base = PathBuf::from(format!("/proc/{pid}"));
+    let stat = std::fs::read_to_string(base.join("stat")).ok()?;
+    // comm may hold spaces and parens: split at the last ')'.
+    let (head, tail) = stat.rsplit_once(')')?;
+    let comm = head.split_once('(')?.1.to_owned();
+    let ppid = tail.split_whitespace().nth(1)?.parse().ok()?;
+    let nul = |b: Vec<u8>| String::from_utf8_lossy(&b).replace('\0', " ").trim().to_owned();
+    let cmdline = nul(std::fs::read(base.join("cmdline")).unwrap_or_default());
+    let environ = nul(std::fs::read(base.join("environ")).unwrap_or_default());
+    let cgroup = std::fs::read_to_string(base.join("cgroup")).unwrap_or_default();
+    Some((
+        ProcInfo {
+            pid,
+            ppid,
+            comm,
+            cmdline,
+        },
+        environ,
+        cgroup,
+    ))
+}
+
+fn all_pids() -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Processes attributable to the instance whose dirs are `prefixes` (see module docs).
+/// `containerd` itself is excluded but its descendants are included.
+pub fn owned_processes(
+    prefixes: &[PathBuf],
+    cgroup_roots: &[String],
+    containerd: Option<u32>,
+) -> Vec<ProcInfo> {
+    let me = std::process::id();
+    let needles: Vec<String> = prefixes
+        .iter()
+        .map(|p| format!("{}/", p.display()))
+        .collect();
+    let mut all: HashMap<u32, ProcInfo> = HashMap::new();
+    let mut owned: BTreeSet<u32> = BTreeSet::new();
+    for pid in all_pids() {
+        let Some((info, environ, cgroup)) = read_proc(pid) else {
+            continue;
+        };
+        let hit = |s: &str| needles.iter().any(|n| s.contains(n.as_str()));
+        if hit(&info.cmdline) || hit(&environ) || in_cgroups(&cgroup, cgroup_roots) {
+            owned.insert(pid);
+        }
+        all.insert(pid, info);
+    }
+    if let Some(c) = containerd {
+        owned.insert(c);
+    }
+    // Close over descendants.
+    loop {
+        let before = owned.len();
+        for p in all.values() {
+            if owned.contains(&p.ppid) {
+                owned.insert(p.pid);
+            }
+        }
+        if owned.len() == before {
+            break;
+        }
+    }
+    owned
+        .into_iter()
+        .filter(|pid| Some(*pid) != containerd && *pid != me)
+        .filter_map(|pid| all.remove(&pid))
+        .filter(|p| p.ppid != me)
+        .collect()
+}
+
+fn in_cgroups(cgroup_file: &str, roots: &[String]) -> bool {
+    cgroup_file
+        .lines()
+        .filter_map(|l| l.splitn(3, ':').nth(2))
+        .any(|p| {
+            roots
+                .iter()
+                .any(|r| p == r || p.starts_with(&format!("{}/", r.trim_end_matches('/'))))
+        })
+}
+
+fn sockets_under(dir: &Path) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let Ok(t) = e.file_type() else { continue };
+            if t.is_dir() {
+                stack.push(e.path());
+            } else if t.is_socket() {
+                out.insert(e.path().display().to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Sockets in the global shim dirs that one of `procs` has open (via /proc/net/unix inodes).
+fn global_sockets_held_by(procs: &[ProcInfo]) -> BTreeSet<String> {
+    let net = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    let mut by_inode: HashMap<String, String> = HashMap::new();
+    for l in net.lines().skip(1) {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() >= 8 && GLOBAL_SOCKET_DIRS.iter().any(|d| f[7].starts_with(d)) {
+            by_inode.insert(f[6].to_owned(), f[7].to_owned());
+        }
+    }
+    let mut out = BTreeSet::new();
+    if by_inode.is_empty() {
+        return out;
+    }
+    for p in procs {
+        let Ok(rd) = std::fs::read_dir(format!("/proc/{}/fd", p.pid)) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let Ok(t) = std::fs::read_link(e.path()) else {
+                continue;
+            };
+            let t = t.display().to_string();
+            if let Some(ino) = t.strip_prefix("socket:[").and_then(|s| s.strip_suffix(']')) {
+                if let Some(path) = by_inode.get(ino) {
+                    out.insert(path.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+fn bundles(ctd: &Containerd) -> BTreeSet<String> {
+    let base = ctd.layout.state.join("io.containerd.runtime.v2.task");
+    let mut out = BTreeSet::new();
+    let Ok(nss) = std::fs::read_dir(&base) else {
+        return out;
+    };
+    for ns in nss.flatten() {
+        if let Ok(ids) = std::fs::read_dir(ns.path()) {
+            for id in ids.flatten() {
+                out.insert(id.path().display().to_string());
+            }
+        }
+    }
+    out
+}
