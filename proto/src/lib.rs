@@ -7,7 +7,7 @@ pub mod options;
 
 /// Blocking bindings (used by nothing today, kept for tools and tests).
 pub mod sync {
-    #![allow(clippy::all, unused_imports, dead_code)]
+    #![allow(warnings, clippy::all)]
     pub mod agent {
         include!(concat!(env!("OUT_DIR"), "/sync/agent.rs"));
     }
@@ -18,7 +18,7 @@ pub mod sync {
 
 /// Async bindings: the shim's client and the agent's server.
 pub mod r#async {
-    #![allow(clippy::all, unused_imports, dead_code)]
+    #![allow(warnings, clippy::all)]
     pub use crate::sync::agent;
     pub mod agent_ttrpc {
         pub use crate::sync::agent;

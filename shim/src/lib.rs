@@ -1,1 +1,13 @@
+//! rund's shim: containerd-shim-rund-v2 and the `rund` admin CLI.
 
+pub mod cgroups;
+pub mod config;
+pub mod entry;
+pub mod error;
+pub mod io;
+pub mod rlimit;
+pub mod rootfs;
+pub mod sandbox;
+pub mod spec;
+pub mod task;
+pub mod userns;

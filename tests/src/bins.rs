@@ -39,7 +39,10 @@ impl RundBins {
     pub fn find() -> Result<RundBins> {
         let candidates = candidate_dirs();
         for dir in &candidates {
-            if [SHIM_BIN, AGENT_BIN].iter().all(|b| is_executable(&dir.join(b))) {
+            if [SHIM_BIN, AGENT_BIN]
+                .iter()
+                .all(|b| is_executable(&dir.join(b)))
+            {
                 return Ok(RundBins { dir: dir.clone() });
             }
         }
@@ -109,10 +112,17 @@ pub(crate) fn is_executable(p: &Path) -> bool {
 
 /// First executable called `name` in the system directories (never used as PATH itself).
 pub fn host_tool(name: &str) -> Option<PathBuf> {
-    ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
-        .iter()
-        .map(|d| Path::new(d).join(name))
-        .find(|p| is_executable(p))
+    [
+        "/usr/local/sbin",
+        "/usr/local/bin",
+        "/usr/sbin",
+        "/usr/bin",
+        "/sbin",
+        "/bin",
+    ]
+    .iter()
+    .map(|d| Path::new(d).join(name))
+    .find(|p| is_executable(p))
 }
 
 /// Fill `dir` with the symlinks that make up containerd's PATH.

@@ -2,7 +2,7 @@
 //! so a hung shim turns into a test failure instead of a hung test run.
 
 use std::io::{Read, Write};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{ChildStdin, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -50,7 +50,22 @@ impl CmdOutput {
 
 /// Run `cmd` to completion: stdin gets `input` (then EOF) or /dev/null; stdout and stderr are
 /// captured; after `timeout` the command is killed (we started it) and `Error::Timeout` returned.
-pub fn run(mut cmd: Command, input: Option<&[u8]>, timeout: Duration) -> Result<CmdOutput> {
+pub fn run(cmd: Command, input: Option<&[u8]>, timeout: Duration) -> Result<CmdOutput> {
+    let feeder = input.map(|data| {
+        let data = data.to_vec();
+        Box::new(move |mut stdin: ChildStdin| {
+            // A child that exits without reading gives EPIPE: not our failure.
+            let _ = stdin.write_all(&data);
+        }) as Feeder
+    });
+    run_fed(cmd, feeder, timeout)
+}
+
+/// Writes a child's stdin on its own thread; dropping the handle closes it (EOF).
+pub type Feeder = Box<dyn FnOnce(ChildStdin) + Send + 'static>;
+
+/// Like [`run`], with a custom stdin writer (e.g. one that waits for the task to start).
+pub fn run_fed(mut cmd: Command, input: Option<Feeder>, timeout: Duration) -> Result<CmdOutput> {
     let printable = format!("{cmd:?}");
     cmd.stdin(if input.is_some() {
         Stdio::piped()
@@ -63,13 +78,7 @@ pub fn run(mut cmd: Command, input: Option<&[u8]>, timeout: Duration) -> Result<
     let mut child = cmd.spawn().ctx("spawn", program)?;
 
     let writer = match (input, child.stdin.take()) {
-        (Some(data), Some(mut stdin)) => {
-            let data = data.to_vec();
-            // A child that exits without reading gives EPIPE: not our failure.
-            Some(thread::spawn(move || {
-                let _ = stdin.write_all(&data);
-            }))
-        }
+        (Some(feed), Some(stdin)) => Some(thread::spawn(move || feed(stdin))),
         _ => None,
     };
     let out = reader(child.stdout.take());
@@ -81,7 +90,7 @@ pub fn run(mut cmd: Command, input: Option<&[u8]>, timeout: Duration) -> Result<
             break Some(st);
         }
         if Instant::now() >= deadline {
-            // SAFETY-free: kill by the pid we own, then reap it.
+            // We own this child: kill it by its handle, then reap it.
             let _ = child.kill();
             let _ = child.wait();
             break None;

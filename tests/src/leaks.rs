@@ -214,7 +214,12 @@ fn read_proc(pid: u32) -> Option<(ProcInfo, String, String)> {
     let (head, tail) = stat.rsplit_once(')')?;
     let comm = head.split_once('(')?.1.to_owned();
     let ppid = tail.split_whitespace().nth(1)?.parse().ok()?;
-    let nul = |b: Vec<u8>| String::from_utf8_lossy(&b).replace('\0', " ").trim().to_owned();
+    let nul = |b: Vec<u8>| {
+        String::from_utf8_lossy(&b)
+            .replace('\0', " ")
+            .trim()
+            .to_owned()
+    };
     let cmdline = nul(std::fs::read(base.join("cmdline")).unwrap_or_default());
     let environ = nul(std::fs::read(base.join("environ")).unwrap_or_default());
     let cgroup = std::fs::read_to_string(base.join("cgroup")).unwrap_or_default();
@@ -364,4 +369,39 @@ fn bundles(ctd: &Containerd) -> BTreeSet<String> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cgroup_membership_is_path_aware() {
+        let roots = vec!["/rit-ab".to_owned()];
+        assert!(in_cgroups("4:memory:/rit-ab/c1\n", &roots));
+        assert!(in_cgroups("4:memory:/rit-ab\n", &roots));
+        assert!(!in_cgroups("4:memory:/rit-abc/c1\n", &roots));
+        assert!(!in_cgroups("0::/\n", &roots));
+    }
+
+    #[test]
+    fn diff_reports_only_new_items() {
+        let mut before = LeakSnapshot::default();
+        before.mounts.insert("old".into());
+        let mut after = before.clone();
+        assert!(before.diff(&after).is_none());
+        after.processes.insert("42 shim".into());
+        after.mounts.remove("old");
+        let d = before.diff(&after).unwrap();
+        assert!(
+            d.contains("leaked processes") && d.contains("+ 42 shim"),
+            "{d}"
+        );
+        assert!(!d.contains("old"), "{d}");
+    }
+
+    #[test]
+    fn mount_escapes() {
+        assert_eq!(unescape_mount("/a\\040b\\134c"), "/a b\\c");
+    }
 }

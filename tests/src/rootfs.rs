@@ -11,17 +11,89 @@ pub const BUSYBOX: &str = "/bin/busybox";
 
 /// Applets linked into /bin. `trap` and `wait` are shell builtins.
 pub const APPLETS: &[&str] = &[
-    "sh", "echo", "cat", "sleep", "true", "false", "ls", "id", "stty", "ps", "kill", "wc", "head",
-    "tail", "env", "grep", "hostname", "mount", "umount", "mkdir", "rm", "touch", "test", "[",
-    "printf", "readlink", "nproc", "dd", "uname", "tty", "pwd", "chmod", "stat", "yes",
-    "seq", "timeout", "ping", "ip", "top", "free", "du", "df", "tr", "sed", "awk", "sync", "date", "cut", "mkfifo", "sort",
-    "uniq", "whoami", "cp", "mv", "ln", "basename", "dirname", "find", "xargs", "tee", "setsid",
-    "pidof", "which", "sha256sum", "unshare", "dmesg",
+    "sh",
+    "echo",
+    "cat",
+    "sleep",
+    "true",
+    "false",
+    "ls",
+    "id",
+    "stty",
+    "ps",
+    "kill",
+    "wc",
+    "head",
+    "tail",
+    "env",
+    "grep",
+    "hostname",
+    "mount",
+    "umount",
+    "mkdir",
+    "rm",
+    "touch",
+    "test",
+    "[",
+    "printf",
+    "readlink",
+    "nproc",
+    "dd",
+    "uname",
+    "tty",
+    "pwd",
+    "chmod",
+    "stat",
+    "yes",
+    "seq",
+    "timeout",
+    "ping",
+    "ip",
+    "top",
+    "free",
+    "du",
+    "df",
+    "tr",
+    "sed",
+    "awk",
+    "sync",
+    "date",
+    "cut",
+    "mkfifo",
+    "sort",
+    "uniq",
+    "whoami",
+    "cp",
+    "mv",
+    "ln",
+    "basename",
+    "dirname",
+    "find",
+    "xargs",
+    "tee",
+    "setsid",
+    "pidof",
+    "which",
+    "sha256sum",
+    "unshare",
+    "dmesg",
 ];
 
 const DIRS: &[&str] = &[
-    "bin", "etc", "proc", "sys", "dev", "dev/pts", "dev/shm", "dev/mqueue", "tmp", "run", "root",
-    "var", "var/tmp", "home",
+    "bin",
+    "etc",
+    "proc",
+    "sys",
+    "dev",
+    "dev/pts",
+    "dev/shm",
+    "dev/mqueue",
+    "tmp",
+    "run",
+    "root",
+    "var",
+    "var/tmp",
+    "home",
 ];
 
 const PASSWD: &str = "root:x:0:0:root:/root:/bin/sh\n\
@@ -94,7 +166,10 @@ fn remove_stale_rootfs() {
     };
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name.strip_prefix("rootfs-").and_then(|p| p.parse::<u32>().ok()) else {
+        let Some(pid) = name
+            .strip_prefix("rootfs-")
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
             continue;
         };
         if !Path::new(&format!("/proc/{pid}")).exists() {

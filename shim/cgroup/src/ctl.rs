@@ -16,7 +16,12 @@ pub(crate) fn write(fs: &dyn CgroupFs, dir: &Path, file: &str, value: &str) -> R
 }
 
 /// Write only if the control file exists (optional kernel features).
-pub(crate) fn write_if_exists(fs: &dyn CgroupFs, dir: &Path, file: &str, value: &str) -> Result<bool> {
+pub(crate) fn write_if_exists(
+    fs: &dyn CgroupFs,
+    dir: &Path,
+    file: &str,
+    value: &str,
+) -> Result<bool> {
     if !fs.exists(&dir.join(file)) {
         return Ok(false);
     }
@@ -49,9 +54,11 @@ pub(crate) fn parse_u64(s: &str) -> Option<u64> {
     if s == "max" {
         return Some(u64::MAX);
     }
-    s.parse::<u64>()
-        .ok()
-        .or_else(|| s.parse::<i64>().ok().map(|v| if v < 0 { u64::MAX } else { v as u64 }))
+    s.parse::<u64>().ok().or_else(|| {
+        s.parse::<i64>()
+            .ok()
+            .map(|v| if v < 0 { u64::MAX } else { v as u64 })
+    })
 }
 
 /// Parse `key value` lines (memory.stat, cpu.stat, memory.events, ...).

@@ -29,7 +29,10 @@ impl Dirs {
     /// The directory of v1 controller `ctrl`.
     pub fn v1(&self, ctrl: &str) -> Option<&Path> {
         match self {
-            Dirs::V1(v) => v.iter().find(|(h, _)| h.has(ctrl)).map(|(_, d)| d.as_path()),
+            Dirs::V1(v) => v
+                .iter()
+                .find(|(h, _)| h.has(ctrl))
+                .map(|(_, d)| d.as_path()),
             Dirs::V2(_) => None,
         }
     }

@@ -61,11 +61,9 @@ impl Hierarchy {
             }
             let mount = PathBuf::from(unescape(fields[4]));
             match post[0] {
-                "cgroup2" => {
-                    // Prefer the canonical mount if there are several.
-                    if v2.is_none() || mount == Path::new("/sys/fs/cgroup") {
-                        v2 = Some(mount);
-                    }
+                // Prefer the canonical mount if there are several.
+                "cgroup2" if v2.is_none() || mount == Path::new("/sys/fs/cgroup") => {
+                    v2 = Some(mount);
                 }
                 "cgroup" => {
                     let mut ctrls: Vec<String> = post[2]
@@ -101,7 +99,9 @@ impl Hierarchy {
         }
         match v2 {
             Some(root) => Ok(Hierarchy::V2 { root }),
-            None => Err(Error::ControllerMissing("cgroup (no cgroup filesystem mounted)")),
+            None => Err(Error::ControllerMissing(
+                "cgroup (no cgroup filesystem mounted)",
+            )),
         }
     }
 
@@ -220,8 +220,14 @@ mod tests {
         };
         let names: Vec<String> = hierarchies.iter().map(|h| h.name()).collect();
         assert_eq!(names, ["cpu", "cpuacct", "memory", "name=systemd"]);
-        assert_eq!(unified.as_deref(), Some(Path::new("/sys/fs/cgroup/unified")));
-        assert_eq!(h.v1_mount("cpuacct"), Some(Path::new("/sys/fs/cgroup/cpuacct")));
+        assert_eq!(
+            unified.as_deref(),
+            Some(Path::new("/sys/fs/cgroup/unified"))
+        );
+        assert_eq!(
+            h.v1_mount("cpuacct"),
+            Some(Path::new("/sys/fs/cgroup/cpuacct"))
+        );
     }
 
     #[test]

@@ -1,1 +1,30 @@
+//! rund-cgroup: container cgroups for rund on cgroup v1 (including the hybrid
+//! layout with cpu and cpuacct on separate mounts) and cgroup v2, with a
+//! node-wide pool of pre-made cgroups handed out by rename.
+//!
+//! Entry point: [`Cgroups`] (one per process), then [`CgroupManager`] per
+//! container. See README.md for the design and what users see in the tree.
 
+mod context;
+mod ctl;
+mod dirs;
+mod error;
+pub mod fs;
+mod hierarchy;
+mod manager;
+mod oom;
+mod path;
+pub mod pool;
+pub mod resources;
+pub mod stats;
+mod tree;
+
+pub use context::Cgroups;
+pub use dirs::Dirs;
+pub use error::{Error, Result};
+pub use hierarchy::{Hierarchy, V1Hierarchy};
+pub use manager::{CgroupManager, FreezerState};
+pub use oom::OomWatcher;
+pub use path::{CgroupPath, SLOT_PREFIX};
+pub use pool::{CgroupConfig, GcReport, Pool, PoolStatus, Released, Switch};
+pub use stats::Stats;

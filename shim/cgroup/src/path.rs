@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 /// Prefix of pool slot names; reserved, so no container may use it.
 pub const SLOT_PREFIX: &str = ".rund-pool-";
 
+/// Everything starting with this is rund's (slots, gc scratch names).
+pub(crate) const RESERVED_PREFIX: &str = ".rund-pool";
+
 /// A validated cgroup path relative to a hierarchy root, e.g. `default/c1`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CgroupPath {
@@ -68,7 +71,7 @@ impl CgroupPath {
             if p == "." || p == ".." {
                 return Err(bad("'.' and '..' are not allowed"));
             }
-            if p.starts_with(SLOT_PREFIX) {
+            if p.starts_with(RESERVED_PREFIX) {
                 return Err(bad("names starting with .rund-pool- are reserved"));
             }
             if p.len() > 255 {
@@ -172,7 +175,14 @@ mod tests {
 
     #[test]
     fn bad_paths() {
-        for bad in ["", "/", "/a/../b", "/a/.rund-pool-1", "/a/cgroup.procs", "a\0b"] {
+        for bad in [
+            "",
+            "/",
+            "/a/../b",
+            "/a/.rund-pool-1",
+            "/a/cgroup.procs",
+            "a\0b",
+        ] {
             assert!(CgroupPath::parse(bad).is_err(), "{bad:?} accepted");
         }
     }

@@ -54,7 +54,9 @@ impl Default for DeviceConfig {
 impl DeviceConfig {
     /// The host path of a container device path such as `/dev/infiniband/uverbs0`.
     pub fn host_dev_path(&self, container_path: &str) -> PathBuf {
-        let rel = container_path.strip_prefix("/dev/").unwrap_or(container_path);
+        let rel = container_path
+            .strip_prefix("/dev/")
+            .unwrap_or(container_path);
         self.dev_root.join(rel.trim_start_matches('/'))
     }
 }

@@ -137,3 +137,54 @@ fn render_cri(s: &mut String, l: &Layout, opts: &ContainerdOpts) {
         conf = l.cni_conf.display().to_string(),
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cri_is_disabled_unless_asked() {
+        let l = Layout::new(Path::new("/tmp/x"));
+        let disabled = |cfg: &str| -> Vec<String> {
+            let v: toml::Value = toml::from_str(cfg).unwrap();
+            v["disabled_plugins"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_str().unwrap().to_owned())
+                .collect()
+        };
+        let plain = render(&l, &ContainerdOpts::new());
+        assert!(disabled(&plain).contains(&CRI_PLUGIN.to_owned()), "{plain}");
+        assert!(!plain.contains("runtimes.rund"), "{plain}");
+        assert!(plain.contains("address = \"/tmp/x/c.sock\""), "{plain}");
+
+        let cri = render(&l, &ContainerdOpts::new().cri());
+        assert!(!disabled(&cri).contains(&CRI_PLUGIN.to_owned()), "{cri}");
+        assert!(cri.contains("restrict_oom_score_adj = true"), "{cri}");
+        assert!(
+            cri.contains("runtime_type = \"io.containerd.rund.v2\""),
+            "{cri}"
+        );
+        assert!(
+            !cri.contains("runtimes.runc]"),
+            "runc only with with_runc: {cri}"
+        );
+        let both = render(&l, &ContainerdOpts::new().cri().with_runc());
+        assert!(both.contains("runtimes.runc]"), "{both}");
+    }
+
+    #[test]
+    fn config_is_valid_toml() {
+        let l = Layout::new(Path::new("/tmp/x"));
+        let mut o = ContainerdOpts::new().cri().with_runc();
+        o.rund_config_path = Some("/etc/rund.toml".into());
+        let v: toml::Value = toml::from_str(&render(&l, &o)).unwrap();
+        let rund = &v["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["rund"];
+        assert_eq!(
+            rund["options"]["ConfigPath"].as_str(),
+            Some("/etc/rund.toml")
+        );
+        assert_eq!(v["version"].as_integer(), Some(2));
+    }
+}

@@ -7,6 +7,7 @@
 mod cleanup;
 pub mod config;
 mod ctr;
+mod task;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -16,11 +17,12 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use crate::bins::{self, RundBins};
-use crate::cmd::{self, CmdOutput};
+use crate::cmd;
 use crate::error::{Error, IoContext, Result};
 use crate::rootfs::HARNESS_BASE;
 pub use config::Layout;
-pub use ctr::{RunSpec, TaskInfo};
+pub use ctr::{RunSpec, ROOTFS_PATH_ENV};
+pub use task::TaskInfo;
 
 /// The containerd binary the tests run (Debian's 1.6.20).
 pub const CONTAINERD_BIN: &str = "/usr/bin/containerd";
@@ -31,6 +33,15 @@ pub const K8S_NAMESPACE: &str = "k8s.io";
 /// Runtime names.
 pub const RUND_RUNTIME: &str = "io.containerd.rund.v2";
 pub const RUNC_RUNTIME: &str = "io.containerd.runc.v2";
+/// Overrides the runtime the rund suites drive (`io.containerd.runc.v2` validates the tests
+/// against runc).
+pub const RUNTIME_ENV: &str = "RUND_IT_RUNTIME";
+
+/// The runtime the rund suites run: `$RUND_IT_RUNTIME`, default [`RUND_RUNTIME`].
+pub fn runtime_under_test() -> String {
+    std::env::var(RUNTIME_ENV).unwrap_or_else(|_| RUND_RUNTIME.to_owned())
+}
+
 /// Set to `1` to keep the instance dir (logs, state) after the test for debugging.
 pub const KEEP_ENV: &str = "RUND_IT_KEEP";
 
@@ -113,7 +124,9 @@ impl Containerd {
     pub fn start(opts: ContainerdOpts) -> Result<Containerd> {
         for b in [CONTAINERD_BIN, CTR_BIN] {
             if !bins::is_executable(Path::new(b)) {
-                return Err(Error::ToolMissing(format!("{b} (Debian package containerd)")));
+                return Err(Error::ToolMissing(format!(
+                    "{b} (Debian package containerd)"
+                )));
             }
         }
         std::fs::create_dir_all(HARNESS_BASE).ctx("create harness base", HARNESS_BASE)?;
@@ -147,6 +160,31 @@ impl Containerd {
         me.spawn()?;
         me.wait_ready()?;
         Ok(me)
+    }
+
+    /// For tests that need rund: `None` (after printing why) when rund's binaries are not built,
+    /// else a started containerd with them on PATH. Panics if containerd cannot start, and
+    /// instead of skipping when `RUND_REQUIRE_BINS=1`.
+    pub fn start_rund_or_skip(test: &str, opts: ContainerdOpts) -> Option<Containerd> {
+        bins::rund_bins_or_skip(test)?;
+        let opts = ContainerdOpts {
+            with_rund: true,
+            ..opts
+        };
+        Some(Containerd::start(opts).unwrap_or_else(|e| panic!("{test}: {e}")))
+    }
+
+    /// Start for the runtime under test ([`runtime_under_test`]): rund (skipping if not built,
+    /// see [`Containerd::start_rund_or_skip`]) or, for validating the tests themselves, runc.
+    pub fn start_under_test(test: &str, opts: ContainerdOpts) -> Option<Containerd> {
+        if runtime_under_test() == RUNC_RUNTIME {
+            let opts = ContainerdOpts {
+                with_runc: true,
+                ..opts
+            };
+            return Some(Containerd::start(opts).unwrap_or_else(|e| panic!("{test}: {e}")));
+        }
+        Containerd::start_rund_or_skip(test, opts)
     }
 
     fn spawn(&mut self) -> Result<()> {

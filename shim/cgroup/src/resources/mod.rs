@@ -130,8 +130,20 @@ mod tests {
     #[test]
     fn validation() {
         let ok = LinuxResourcesBuilder::default()
-            .memory(LinuxMemoryBuilder::default().limit(1 << 20).swap(2 << 20).build().unwrap())
-            .cpu(LinuxCpuBuilder::default().shares(512u64).cpus("0-1,3").build().unwrap())
+            .memory(
+                LinuxMemoryBuilder::default()
+                    .limit(1 << 20)
+                    .swap(2 << 20)
+                    .build()
+                    .unwrap(),
+            )
+            .cpu(
+                LinuxCpuBuilder::default()
+                    .shares(512u64)
+                    .cpus("0-1,3")
+                    .build()
+                    .unwrap(),
+            )
             .build()
             .unwrap();
         validate(&ok).unwrap();
@@ -141,7 +153,13 @@ mod tests {
                 .build()
                 .unwrap(),
             LinuxResourcesBuilder::default()
-                .memory(LinuxMemoryBuilder::default().limit(4096).swap(1024).build().unwrap())
+                .memory(
+                    LinuxMemoryBuilder::default()
+                        .limit(4096)
+                        .swap(1024)
+                        .build()
+                        .unwrap(),
+                )
                 .build()
                 .unwrap(),
             LinuxResourcesBuilder::default()

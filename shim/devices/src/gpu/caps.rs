@@ -101,9 +101,14 @@ mod tests {
 
     #[test]
     fn default_and_parse() {
-        assert_eq!(DriverCapabilities::parse("").unwrap().to_string(), "compute,utility");
         assert_eq!(
-            DriverCapabilities::parse(" video , utility").unwrap().to_string(),
+            DriverCapabilities::parse("").unwrap().to_string(),
+            "compute,utility"
+        );
+        assert_eq!(
+            DriverCapabilities::parse(" video , utility")
+                .unwrap()
+                .to_string(),
             "utility,video"
         );
         assert_eq!(DriverCapabilities::parse("all").unwrap().0.len(), 7);

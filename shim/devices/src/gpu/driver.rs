@@ -84,7 +84,12 @@ fn libraries(cap: Capability) -> &'static [&'static str] {
             "libnvidia-nvvm",
             "libnvidia-gpucomp",
         ],
-        Capability::Video => &["libvdpau_nvidia", "libnvidia-encode", "libnvidia-opticalflow", "libnvcuvid"],
+        Capability::Video => &[
+            "libvdpau_nvidia",
+            "libnvidia-encode",
+            "libnvidia-opticalflow",
+            "libnvcuvid",
+        ],
         Capability::Graphics => &[
             "libnvidia-eglcore",
             "libnvidia-glcore",
@@ -142,7 +147,12 @@ pub fn driver_files(cfg: &DeviceConfig, caps: &DriverCapabilities) -> Vec<Driver
             let Some((stem, _)) = name.split_once(".so.") else {
                 continue;
             };
-            if let Some(cap) = caps.0.iter().copied().find(|c| libraries(*c).contains(&stem)) {
+            if let Some(cap) = caps
+                .0
+                .iter()
+                .copied()
+                .find(|c| libraries(*c).contains(&stem))
+            {
                 out.push(DriverFile {
                     path: dir.join(&name),
                     kind: DriverFileKind::Library,

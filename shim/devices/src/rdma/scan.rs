@@ -24,7 +24,7 @@ fn list_dir(path: &Path) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default();
-    names.sort_by(|a, b| natural_key(a).cmp(&natural_key(b)));
+    names.sort_by_key(|a| natural_key(a));
     names
 }
 
@@ -227,7 +227,7 @@ mod tests {
     #[test]
     fn natural_sort() {
         let mut v = vec!["uverbs10", "uverbs2", "issm0"];
-        v.sort_by(|a, b| natural_key(a).cmp(&natural_key(b)));
+        v.sort_by_key(|a| natural_key(a));
         assert_eq!(v, ["issm0", "uverbs2", "uverbs10"]);
     }
 }

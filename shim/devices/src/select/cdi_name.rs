@@ -23,7 +23,9 @@ fn check(what: &str, s: &str, extra: &[char]) -> Result<(), String> {
     let first = s.chars().next().ok_or_else(|| format!("empty {what}"))?;
     let last = s.chars().last().unwrap_or(first);
     if !first.is_ascii_alphanumeric() || !last.is_ascii_alphanumeric() {
-        return Err(format!("{what} {s:?} must start and end with a letter or digit"));
+        return Err(format!(
+            "{what} {s:?} must start and end with a letter or digit"
+        ));
     }
     if let Some(c) = s
         .chars()
@@ -66,7 +68,10 @@ mod tests {
     #[test]
     fn good_names() {
         let n = CdiName::parse("nvidia.com/gpu=0").unwrap();
-        assert_eq!((n.vendor.as_str(), n.class.as_str(), n.name.as_str()), ("nvidia.com", "gpu", "0"));
+        assert_eq!(
+            (n.vendor.as_str(), n.class.as_str(), n.name.as_str()),
+            ("nvidia.com", "gpu", "0")
+        );
         assert_eq!(n.to_string(), "nvidia.com/gpu=0");
         assert!(CdiName::parse("rund.io/rdma=mlx5_0").is_ok());
         assert!(CdiName::parse("nvidia.com/gpu=GPU-1234:5").is_ok());

@@ -88,7 +88,8 @@ fn plain_name(s: &str) -> bool {
         && s.len() <= 64
         && s != "."
         && s != ".."
-        && s.chars().all(|c| c.is_ascii_graphic() && c != '/' && c != ',')
+        && s.chars()
+            .all(|c| c.is_ascii_graphic() && c != '/' && c != ',')
 }
 
 /// Parses an `NVIDIA_VISIBLE_DEVICES`-style value.
@@ -103,11 +104,18 @@ pub fn parse_gpu_selection(source: &str, value: &str) -> Result<GpuSelection> {
     let mut ids = Vec::new();
     for item in v.split(',').map(str::trim) {
         let id = if item.chars().all(|c| c.is_ascii_digit()) && !item.is_empty() {
-            GpuId::Index(item.parse().map_err(|_| invalid(source, value, "index out of range"))?)
+            GpuId::Index(
+                item.parse()
+                    .map_err(|_| invalid(source, value, "index out of range"))?,
+            )
         } else if item.starts_with("GPU-") && plain_name(item) {
             GpuId::Uuid(item.to_string())
         } else if matches!(item, "all" | "none" | "void") {
-            return Err(invalid(source, value, format!("{item:?} cannot be combined with other ids")));
+            return Err(invalid(
+                source,
+                value,
+                format!("{item:?} cannot be combined with other ids"),
+            ));
         } else {
             return Err(invalid(
                 source,
@@ -135,14 +143,26 @@ pub fn parse_rdma_selection(value: &str) -> Result<RdmaSelection> {
         let id = match item.strip_prefix("netdev:") {
             Some(nd) if plain_name(nd) && nd.len() < 16 => RdmaId::Netdev(nd.to_string()),
             Some(nd) => {
-                return Err(invalid(RDMA_ANNOTATION, value, format!("bad netdev name {nd:?}")))
+                return Err(invalid(
+                    RDMA_ANNOTATION,
+                    value,
+                    format!("bad netdev name {nd:?}"),
+                ))
             }
             None if item == "all" => {
-                return Err(invalid(RDMA_ANNOTATION, value, "\"all\" cannot be combined with names"))
+                return Err(invalid(
+                    RDMA_ANNOTATION,
+                    value,
+                    "\"all\" cannot be combined with names",
+                ))
             }
             None if plain_name(item) && !item.contains(':') => RdmaId::Device(item.to_string()),
             None => {
-                return Err(invalid(RDMA_ANNOTATION, value, format!("bad RDMA device name {item:?}")))
+                return Err(invalid(
+                    RDMA_ANNOTATION,
+                    value,
+                    format!("bad RDMA device name {item:?}"),
+                ))
             }
         };
         if !ids.contains(&id) {
@@ -191,11 +211,12 @@ impl DeviceRequest {
         let mut cdi_devices = Vec::new();
         for key in keys {
             for name in ann[key].split(',').map(str::trim) {
-                let parsed = CdiName::parse(name).map_err(|reason| DeviceError::MalformedCdiName {
-                    name: name.into(),
-                    origin: format!("annotation {key}"),
-                    reason,
-                })?;
+                let parsed =
+                    CdiName::parse(name).map_err(|reason| DeviceError::MalformedCdiName {
+                        name: name.into(),
+                        origin: format!("annotation {key}"),
+                        reason,
+                    })?;
                 if !cdi_devices.contains(&parsed) {
                     cdi_devices.push(parsed);
                 }

@@ -94,10 +94,19 @@ fn rdma_forms() {
         r("netdev:eth1").unwrap(),
         RdmaSelection::List(vec![RdmaId::Netdev("eth1".into())])
     );
-    assert!(DeviceRequest::from_spec(&spec(&[], &[(RDMA_ANNOTATION, "all")]))
-        .unwrap()
-        .wants_rdma());
-    for bad in ["mlx5_0,all", "../x", "netdev:", "netdev:a/b", "mlx5_0,,x", "foo:bar"] {
+    assert!(
+        DeviceRequest::from_spec(&spec(&[], &[(RDMA_ANNOTATION, "all")]))
+            .unwrap()
+            .wants_rdma()
+    );
+    for bad in [
+        "mlx5_0,all",
+        "../x",
+        "netdev:",
+        "netdev:a/b",
+        "mlx5_0,,x",
+        "foo:bar",
+    ] {
         let err = r(bad).unwrap_err();
         assert!(err.to_string().contains(RDMA_ANNOTATION), "{bad}: {err}");
     }
@@ -115,11 +124,19 @@ fn cdi_annotations() {
     ))
     .unwrap();
     let names: Vec<String> = r.cdi_devices.iter().map(|n| n.to_string()).collect();
-    assert_eq!(names, ["nvidia.com/gpu=0", "nvidia.com/gpu=1", "rund.io/rdma=mlx5_0"]);
+    assert_eq!(
+        names,
+        [
+            "nvidia.com/gpu=0",
+            "nvidia.com/gpu=1",
+            "rund.io/rdma=mlx5_0"
+        ]
+    );
     assert!(r.wants_rdma(), "an rdma CDI class means RDMA");
     assert!(!r.needs_nvml(), "CDI does not need NVML");
 
-    let err = DeviceRequest::from_spec(&spec(&[], &[("cdi.k8s.io/x", "nvidia.com/gpu")])).unwrap_err();
+    let err =
+        DeviceRequest::from_spec(&spec(&[], &[("cdi.k8s.io/x", "nvidia.com/gpu")])).unwrap_err();
     assert!(matches!(err, DeviceError::MalformedCdiName { .. }));
     assert!(err.to_string().contains("cdi.k8s.io/x"), "{err}");
 }

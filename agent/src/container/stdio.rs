@@ -1,0 +1,38 @@
+//! Wiring a process' stdio: passed fds, a console, or /dev/null.
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use nix::errno::Errno;
+
+use super::fds::PassedFds;
+
+fn dup_to(fd: &impl AsFd, target: i32) -> Result<(), String> {
+    // SAFETY: dup2 onto 0..2 only replaces this process' own stdio.
+    let r = unsafe { libc::dup2(fd.as_fd().as_raw_fd(), target) };
+    Errno::result(r).map(drop).map_err(|e| format!("dup2 onto fd {target}: {e}"))
+}
+
+/// Must run before pivot_root: /dev/null is the agent's.
+pub fn setup(fds: &mut PassedFds) -> Result<(), String> {
+    if let Some(console) = fds.console.take() {
+        nix::unistd::setsid().map_err(|e| format!("setsid: {e}"))?;
+        // SAFETY: TIOCSCTTY takes an integer argument.
+        let r = unsafe { libc::ioctl(console.as_raw_fd(), libc::TIOCSCTTY, 0) };
+        Errno::result(r).map_err(|e| format!("TIOCSCTTY on the console: {e}"))?;
+        for t in 0..3 {
+            dup_to(&console, t)?;
+        }
+        return Ok(());
+    }
+    let null = || -> Result<OwnedFd, String> {
+        std::fs::OpenOptions::new().read(true).write(true).open("/dev/null").map(OwnedFd::from).map_err(|e| format!("open /dev/null: {e}"))
+    };
+    for (t, fd) in [(0, fds.stdin.take()), (1, fds.stdout.take()), (2, fds.stderr.take())] {
+        let fd = match fd {
+            Some(fd) => fd,
+            None => null()?,
+        };
+        dup_to(&fd, t)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,121 @@
+//! `rund-agent launch`: the handshake of `rund_proto::launch`, run by the
+//! process the shim starts. It sets rlimits (still in the initial user
+//! namespace), joins namespaces, optionally enters a new user namespace,
+//! unshares the sandbox namespaces and forks the agent as their PID 1.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use nix::sched::{setns, unshare, CloneFlags};
+use nix::unistd::{fork, setresgid, setresuid, ForkResult, Gid, Uid};
+use rund_proto::fdpass::{self, FdKind};
+use rund_proto::launch::{self, LaunchConfig, SyncMsg};
+
+use crate::container::ns::flag;
+use crate::process::rlimit;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("{0}")]
+    Proto(String),
+    #[error(transparent)]
+    Rlimit(#[from] rlimit::RlimitError),
+    #[error("{op}: {errno}")]
+    Sys { op: String, errno: nix::errno::Errno },
+    #[error("launch: {0}")]
+    Bad(String),
+}
+
+fn sys(op: impl Into<String>) -> impl FnOnce(nix::errno::Errno) -> LaunchError {
+    let op = op.into();
+    move |errno| LaunchError::Sys { op, errno }
+}
+
+/// Namespaces that may be joined at launch, in join order (user first: it
+/// decides what the others may do).
+const JOINABLE: [&str; 5] = ["user", "net", "ipc", "uts", "cgroup"];
+
+pub fn run() -> ! {
+    // SAFETY: fd 5 is the launch handshake socket the shim passed; borrowed only.
+    let sync = unsafe { BorrowedFd::borrow_raw(launch::SYNC_FD) };
+    match launch(sync) {
+        Ok(()) => std::process::exit(0),
+        Err(e) => {
+            let message = format!("rund-agent launch: {e}");
+            crate::warn!("{message}");
+            let _ = launch::send_json(sync, &SyncMsg::Error { message });
+            std::process::exit(1)
+        }
+    }
+}
+
+fn launch(sync: BorrowedFd<'_>) -> Result<(), LaunchError> {
+    let (hdr, fds) = fdpass::recv(sync).map_err(|e| LaunchError::Proto(e.to_string()))?;
+    if hdr.exec_id != "launch" {
+        return Err(LaunchError::Bad(format!("expected the \"launch\" fd message, got exec_id {:?}", hdr.exec_id)));
+    }
+    let cfg: LaunchConfig = launch::recv_json(sync).map_err(|e| LaunchError::Proto(e.to_string()))?;
+    crate::log::set_debug(cfg.debug);
+    let mut ns: HashMap<String, OwnedFd> = HashMap::new();
+    for (k, fd) in hdr.fds.into_iter().zip(fds) {
+        match k {
+            FdKind::Namespace(n) if JOINABLE.contains(&n.as_str()) => {
+                ns.insert(n, fd);
+            }
+            other => return Err(LaunchError::Bad(format!("unexpected fd {other:?} at launch (only user, net, ipc, uts and cgroup namespaces can be joined)"))),
+        }
+    }
+    for r in &cfg.rlimits {
+        rlimit::set(&r.kind, r.soft, r.hard)?;
+    }
+    for n in JOINABLE {
+        if let Some(fd) = ns.get(n) {
+            let f = flag(n).unwrap_or(CloneFlags::empty());
+            setns(fd.as_fd(), f).map_err(sys(format!("setns {n}")))?;
+        }
+    }
+    drop(ns);
+    if cfg.userns {
+        unshare(CloneFlags::CLONE_NEWUSER).map_err(sys("unshare user namespace"))?;
+        launch::send_json(sync, &SyncMsg::UsernsReady { pid: std::process::id() as i32 }).map_err(|e| LaunchError::Proto(e.to_string()))?;
+        match launch::recv_json::<SyncMsg>(sync).map_err(|e| LaunchError::Proto(e.to_string()))? {
+            SyncMsg::MapsWritten => {}
+            other => return Err(LaunchError::Bad(format!("expected maps_written, got {other:?}"))),
+        }
+        let root_g = Gid::from_raw(0);
+        setresgid(root_g, root_g, root_g).map_err(sys("setresgid 0 in the user namespace (is gid 0 mapped?)"))?;
+        let _ = nix::unistd::setgroups(&[]);
+        let root_u = Uid::from_raw(0);
+        setresuid(root_u, root_u, root_u).map_err(sys("setresuid 0 in the user namespace (is uid 0 mapped?)"))?;
+    }
+    let mut flags = CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID;
+    for (on, f) in [
+        (cfg.new_net, CloneFlags::CLONE_NEWNET),
+        (cfg.new_ipc, CloneFlags::CLONE_NEWIPC),
+        (cfg.new_uts, CloneFlags::CLONE_NEWUTS),
+        (cfg.new_cgroup, CloneFlags::CLONE_NEWCGROUP),
+    ] {
+        if on {
+            flags |= f;
+        }
+    }
+    unshare(flags).map_err(sys(format!("unshare {flags:?}")))?;
+    // SAFETY: the launcher is single-threaded and has started no runtime; the
+    // child becomes the agent and builds its own runtime.
+    match unsafe { fork() }.map_err(sys("fork the agent"))? {
+        ForkResult::Child => {
+            if let Some(h) = &cfg.hostname {
+                if let Err(errno) = nix::unistd::sethostname(h) {
+                    let message = format!("rund-agent: sethostname {h:?}: {errno}");
+                    let _ = launch::send_json(sync, &SyncMsg::Error { message });
+                    std::process::exit(1);
+                }
+            }
+            crate::sandbox::main(cfg)
+        }
+        ForkResult::Parent { child } => {
+            launch::send_json(sync, &SyncMsg::AgentPid { pid: child.as_raw() }).map_err(|e| LaunchError::Proto(e.to_string()))?;
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! Identity changes: groups, gid, uid (keeping capabilities across setuid).
+
+use nix::errno::Errno;
+use nix::unistd::{setgroups, setresgid, setresuid, Gid, Uid};
+
+#[derive(Debug, thiserror::Error)]
+#[error("{op}: {errno}")]
+pub struct UserError {
+    pub op: String,
+    pub errno: Errno,
+}
+
+/// setgroups, setresgid, PR_SET_KEEPCAPS, setresuid.
+pub fn switch(uid: u32, gid: u32, groups: &[u32]) -> Result<(), UserError> {
+    let gids: Vec<Gid> = groups.iter().map(|g| Gid::from_raw(*g)).collect();
+    match setgroups(&gids) {
+        // "setgroups deny" in a user namespace: only an empty list was wanted anyway.
+        Err(Errno::EPERM) if gids.is_empty() => {}
+        Err(errno) => return Err(UserError { op: format!("setgroups {groups:?}"), errno }),
+        Ok(()) => {}
+    }
+    let g = Gid::from_raw(gid);
+    setresgid(g, g, g).map_err(|errno| UserError { op: format!("setresgid {gid}"), errno })?;
+    // SAFETY: prctl with integer arguments only.
+    let r = unsafe { libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0) };
+    Errno::result(r).map_err(|errno| UserError { op: "prctl(PR_SET_KEEPCAPS)".into(), errno })?;
+    let u = Uid::from_raw(uid);
+    setresuid(u, u, u).map_err(|errno| UserError { op: format!("setresuid {uid}"), errno })?;
+    // SAFETY: as above.
+    let _ = unsafe { libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0) };
+    Ok(())
+}
+
+pub fn no_new_privs() -> Result<(), UserError> {
+    // SAFETY: prctl with integer arguments only.
+    let r = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+    Errno::result(r).map(drop).map_err(|errno| UserError { op: "prctl(PR_SET_NO_NEW_PRIVS)".into(), errno })
+}
+
+/// Writes /proc/self/oom_score_adj (inherited by children and across exec).
+pub fn oom_score_adj(value: i32) -> Result<(), String> {
+    std::fs::write("/proc/self/oom_score_adj", value.to_string()).map_err(|e| {
+        let mut m = format!("failed to set oom_score_adj to {value} (/proc/self/oom_score_adj): {e}");
+        if matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM)) {
+            m.push_str(
+                ": lowering oom_score_adj needs CAP_SYS_RESOURCE, which this node's runtime lacks; with CRI set \
+                 `restrict_oom_score_adj = true` under [plugins.\"io.containerd.grpc.v1.cri\"] in containerd's config",
+            );
+        }
+        m
+    })
+}

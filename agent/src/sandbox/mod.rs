@@ -1,0 +1,72 @@
+//! The agent's own start: a tiny tmpfs root (fresh /proc, a few device
+//! binds, the dir container rootfs trees are attached to), pivot_root into
+//! it so no host mount stays reachable, then the single-threaded runtime
+//! serving ttrpc.
+
+pub mod root;
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+
+use rund_proto::launch::{self, LaunchConfig, SyncMsg};
+
+use crate::reaper::Reaper;
+use crate::server::channel::FdChannel;
+use crate::server::AgentService;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Root(#[from] root::RootError),
+    #[error("agent runtime: {0}")]
+    Runtime(String),
+}
+
+/// The agent's main, in the forked PID 1. Never returns.
+pub fn main(cfg: LaunchConfig) -> ! {
+    crate::log::set_debug(cfg.debug);
+    // SAFETY: fd 5 is the launch handshake socket, inherited from the shim; nothing else owns it.
+    let sync = unsafe { OwnedFd::from_raw_fd(launch::SYNC_FD) };
+    let code = match run(&cfg, &sync) {
+        Ok(()) => 0,
+        Err(e) => {
+            crate::warn!("{e}");
+            let _ = launch::send_json(std::os::fd::AsFd::as_fd(&sync), &SyncMsg::Error { message: format!("rund-agent: {e}") });
+            1
+        }
+    };
+    std::process::exit(code)
+}
+
+fn run(cfg: &LaunchConfig, sync: &OwnedFd) -> Result<(), AgentError> {
+    root::setup()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| AgentError::Runtime(e.to_string()))?;
+    rt.block_on(serve(cfg, sync))
+}
+
+async fn serve(cfg: &LaunchConfig, sync: &OwnedFd) -> Result<(), AgentError> {
+    let rt = |e: &dyn std::fmt::Display| AgentError::Runtime(e.to_string());
+    let reaper = Reaper::default();
+    let sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()).map_err(|e| rt(&e))?;
+    tokio::spawn(reaper.clone().run(sigchld));
+    // SAFETY: fd 4 is the fd side channel, inherited from the shim; nothing else owns it.
+    let fdpass = FdChannel::new(unsafe { OwnedFd::from_raw_fd(launch::FDPASS_FD) }).map_err(|e| rt(&e))?;
+    let destroyed = Arc::new(tokio::sync::Notify::new());
+    let service = AgentService { reaper, fdpass, state: Default::default(), destroyed: destroyed.clone() };
+    // SAFETY: fd 3 is the listening unix socket the shim created for us.
+    let server = unsafe { ttrpc::r#async::Server::new().add_unix_listener(launch::LISTEN_FD) }.map_err(|e| rt(&e))?;
+    let mut server = server.register_service(rund_proto::create_agent(Arc::new(service)));
+    server.start().await.map_err(|e| rt(&e))?;
+    crate::info!("sandbox {} serving (pid {})", cfg.sandbox_id, std::process::id());
+    launch::send_json(std::os::fd::AsFd::as_fd(sync), &SyncMsg::Ready).map_err(|e| rt(&e))?;
+    // Closing fd 5 ends the handshake: /dev/null replaces it, so the number
+    // stays taken and the OwnedFd held by main() stays valid.
+    let null = std::fs::File::open("/dev/null").map_err(|e| rt(&e))?;
+    // SAFETY: dup2 only swaps what fd 5 refers to.
+    let r = unsafe { libc::dup2(null.as_raw_fd(), sync.as_raw_fd()) };
+    nix::errno::Errno::result(r).map_err(|e| rt(&e))?;
+    destroyed.notified().await;
+    let _ = server.shutdown().await;
+    crate::info!("sandbox {} destroyed", cfg.sandbox_id);
+    Ok(())
+}

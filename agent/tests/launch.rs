@@ -1,0 +1,216 @@
+//! Root integration test: runs `rund-agent launch` the way the shim does and
+//! drives containers through the ttrpc API with a busybox rootfs.
+
+use std::io::Read;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixListener;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Command;
+
+use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+use nix::unistd::Pid;
+use rund_proto::fdpass::{self, FdHeader, FdKind};
+use rund_proto::launch::{self, LaunchConfig, SyncMsg};
+use rund_proto::*;
+
+const BUSYBOX: &str = "/bin/busybox";
+
+/// Kills the agent if the test ends early.
+struct AgentGuard(i32);
+
+impl Drop for AgentGuard {
+    fn drop(&mut self) {
+        if self.0 > 0 {
+            let _ = nix::sys::signal::kill(Pid::from_raw(self.0), nix::sys::signal::Signal::SIGKILL);
+            let _ = nix::sys::wait::waitpid(Pid::from_raw(self.0), None);
+        }
+    }
+}
+
+fn busybox_rootfs(dir: &Path) {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy(BUSYBOX, bin.join("busybox")).unwrap();
+    for tool in ["sh", "echo", "cat", "sleep", "true"] {
+        std::os::unix::fs::symlink("busybox", bin.join(tool)).unwrap();
+    }
+    for d in ["proc", "dev", "tmp"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+}
+
+fn open_tree(path: &Path) -> OwnedFd {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE
+    let flags = 1u32 | libc::O_CLOEXEC as u32 | libc::AT_RECURSIVE as u32;
+    // SAFETY: valid path; returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, c.as_ptr(), flags) };
+    assert!(fd >= 0, "open_tree: {}", std::io::Error::last_os_error());
+    // SAFETY: the kernel just created this fd.
+    unsafe { OwnedFd::from_raw_fd(fd as i32) }
+}
+
+fn spec(args: &[&str]) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "ociVersion": "1.0.2",
+        "process": {"args": args, "cwd": "/", "env": ["PATH=/bin"], "user": {"uid": 0, "gid": 0},
+                    "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}]},
+        "root": {"path": "rootfs"},
+        "hostname": "rund-test",
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]}
+        ],
+        "linux": {"maskedPaths": ["/proc/kcore", "/proc/nonexistent"], "readonlyPaths": ["/proc/sys"]}
+    }))
+    .unwrap()
+}
+
+struct Sandbox {
+    client: AgentClient,
+    fdpass: OwnedFd,
+    root: tempfile::TempDir,
+}
+
+impl Sandbox {
+    /// Sends the fds, then CreateProcess. Returns the read end of stdout.
+    async fn create(&self, id: &str, exec_id: &str, spec_json: Vec<u8>) -> (Result<u32, String>, std::fs::File) {
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let mut kinds = vec![FdKind::Stdout, FdKind::Stderr];
+        let mut fds: Vec<OwnedFd> = vec![w.try_clone().unwrap(), w];
+        if exec_id.is_empty() {
+            kinds.push(FdKind::Rootfs);
+            fds.push(open_tree(self.root.path()));
+        }
+        let hdr = FdHeader { container_id: id.into(), exec_id: exec_id.into(), fds: kinds };
+        let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+        fdpass::send(self.fdpass.as_fd(), &hdr, &borrowed).unwrap();
+        drop(fds);
+        let req = CreateProcessRequest { container_id: id.into(), exec_id: exec_id.into(), spec_json, ..Default::default() };
+        let res = self.client.create_process(ttrpc::context::with_timeout(0), &req).await;
+        (res.map(|r| r.pid).map_err(|e| format!("{e:?}")), std::fs::File::from(r))
+    }
+
+    async fn start(&self, id: &str, exec_id: &str) {
+        let req = StartProcessRequest { container_id: id.into(), exec_id: exec_id.into(), ..Default::default() };
+        self.client.start_process(ttrpc::context::with_timeout(0), &req).await.unwrap();
+    }
+
+    async fn wait(&self, id: &str, exec_id: &str) -> u32 {
+        let req = WaitProcessRequest { container_id: id.into(), exec_id: exec_id.into(), ..Default::default() };
+        self.client.wait_process(ttrpc::context::with_timeout(0), &req).await.unwrap().exit_status
+    }
+}
+
+fn read_all(mut f: std::fs::File) -> String {
+    let mut s = String::new();
+    f.read_to_string(&mut s).unwrap();
+    s
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn launch_and_run_containers() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    if !Path::new(BUSYBOX).exists() {
+        eprintln!("skipped: {BUSYBOX} missing (apt-get install busybox-static)");
+        return;
+    }
+    // The agent is reparented to us when the launcher exits, so we can reap it.
+    // SAFETY: prctl with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    let dir = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    busybox_rootfs(root.path());
+    let sock_path = dir.path().join("agent.sock");
+    let listener = UnixListener::bind(&sock_path).unwrap();
+    let (fd_shim, fd_agent) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap();
+    let (sync_shim, sync_agent) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap();
+    let raw = [listener.as_raw_fd(), fd_agent.as_raw_fd(), sync_agent.as_raw_fd()];
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rund-agent"));
+    cmd.arg("launch");
+    // SAFETY: only dup2 (async-signal-safe) runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            // Move the sources above 10 first so dup2 onto 3..5 cannot clobber them.
+            let mut tmp = [0; 3];
+            for (i, fd) in raw.iter().enumerate() {
+                tmp[i] = libc::fcntl(*fd, libc::F_DUPFD, 10);
+            }
+            for (i, fd) in tmp.iter().enumerate() {
+                if libc::dup2(*fd, 3 + i as i32) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let mut launcher = cmd.spawn().unwrap();
+    drop(fd_agent);
+    drop(sync_agent);
+    let hdr = FdHeader { container_id: String::new(), exec_id: "launch".into(), fds: vec![] };
+    fdpass::send(sync_shim.as_fd(), &hdr, &[]).unwrap();
+    let cfg = LaunchConfig { sandbox_id: "itest".into(), new_net: true, new_ipc: true, new_uts: true, debug: true, ..Default::default() };
+    launch::send_json(sync_shim.as_fd(), &cfg).unwrap();
+    let agent_pid = match launch::recv_json::<SyncMsg>(sync_shim.as_fd()).unwrap() {
+        SyncMsg::AgentPid { pid } => pid,
+        other => panic!("expected AgentPid, got {other:?}"),
+    };
+    let mut guard = AgentGuard(agent_pid);
+    assert!(launcher.wait().unwrap().success());
+    assert_eq!(launch::recv_json::<SyncMsg>(sync_shim.as_fd()).unwrap(), SyncMsg::Ready);
+    assert!(matches!(launch::recv_json::<SyncMsg>(sync_shim.as_fd()), Err(launch::SyncError::Closed)));
+
+    let client = ttrpc::r#async::Client::connect(&format!("unix://{}", sock_path.display())).await.unwrap();
+    let sb = Sandbox { client: AgentClient::new(client), fdpass: fd_shim, root };
+    let ping = sb.client.ping(ttrpc::context::with_timeout(0), &Empty::default()).await.unwrap();
+    assert_eq!(ping.agent_pid, 1);
+
+    // Output reaches the stdout fd; the exit status comes back.
+    let (pid, out) = sb.create("c1", "", spec(&["sh", "-c", "echo hello-$(cat /proc/sys/kernel/hostname)"])).await;
+    assert!(pid.unwrap() > 1);
+    sb.start("c1", "").await;
+    assert_eq!(sb.wait("c1", "").await, 0);
+    assert_eq!(read_all(out), "hello-rund-test\n");
+
+    let (pid, _out) = sb.create("c2", "", spec(&["sh", "-c", "exit 7"])).await;
+    pid.unwrap();
+    sb.start("c2", "").await;
+    assert_eq!(sb.wait("c2", "").await, 7);
+
+    // A missing binary fails CreateProcess with a message naming it.
+    let (res, _out) = sb.create("c3", "", spec(&["no-such-binary"])).await;
+    let err = res.unwrap_err();
+    assert!(err.contains("no-such-binary") && err.contains("PATH"), "{err}");
+
+    // TERM reaches a shell workload through the init; an exec joins the container.
+    let (pid, _out) = sb.create("c4", "", spec(&["sh", "-c", "sleep 1000 & wait"])).await;
+    pid.unwrap();
+    sb.start("c4", "").await;
+    let exec = serde_json::to_vec(&serde_json::json!({"args": ["sh", "-c", "echo exec-$(cat /proc/sys/kernel/hostname)"], "cwd": "/", "env": ["PATH=/bin"], "user": {"uid": 0, "gid": 0}})).unwrap();
+    let (epid, eout) = sb.create("c4", "e1", exec).await;
+    assert!(epid.unwrap() > 1);
+    sb.start("c4", "e1").await;
+    assert_eq!(sb.wait("c4", "e1").await, 0);
+    assert_eq!(read_all(eout), "exec-rund-test\n");
+    let pids = sb.client.list_pids(ttrpc::context::with_timeout(0), &ListPidsRequest { container_id: "c4".into(), ..Default::default() }).await.unwrap();
+    assert!(pids.processes.len() >= 2, "{:?}", pids.processes);
+    let sig = SignalProcessRequest { container_id: "c4".into(), signal: libc::SIGTERM as u32, ..Default::default() };
+    sb.client.signal_process(ttrpc::context::with_timeout(0), &sig).await.unwrap();
+    assert_eq!(sb.wait("c4", "").await, 143);
+    let again = sb.client.signal_process(ttrpc::context::with_timeout(0), &sig).await.unwrap_err();
+    assert!(format!("{again:?}").contains("already exited"), "{again:?}");
+    sb.client.delete_process(ttrpc::context::with_timeout(0), &DeleteProcessRequest { container_id: "c4".into(), ..Default::default() }).await.unwrap();
+
+    // Teardown: a running container is TERMed; the agent exits after replying.
+    let (pid, _out) = sb.create("c5", "", spec(&["sleep", "1000"])).await;
+    pid.unwrap();
+    sb.start("c5", "").await;
+    sb.client.destroy_sandbox(ttrpc::context::with_timeout(0), &DestroySandboxRequest { grace_seconds: 5, ..Default::default() }).await.unwrap();
+    let st = nix::sys::wait::waitpid(Pid::from_raw(agent_pid), None).unwrap();
+    assert_eq!(st, nix::sys::wait::WaitStatus::Exited(Pid::from_raw(agent_pid), 0));
+    guard.0 = 0;
+}

@@ -1,0 +1,175 @@
+//! Command-line flags and the plan they resolve to.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::runtime::RuntimeKind;
+
+/// rund against runc-v2, side by side on one private containerd 1.6.
+#[derive(Debug, Parser)]
+#[command(name = "rund-bench", version)]
+pub struct Args {
+    /// Fewer samples (make bench-quick, < 3 min on 2 cores): 10 single starts,
+    /// 1 warm-up, concurrency 50, 1 stop sample, 5 samples per feature variant.
+    #[arg(long)]
+    pub quick: bool,
+    /// Single-start samples per runtime (default 30, quick 10).
+    #[arg(long)]
+    pub iterations: Option<usize>,
+    /// Warm-up runs per runtime, not counted (default 3, quick 1).
+    #[arg(long)]
+    pub warmup: Option<usize>,
+    /// Concurrency levels N (default 50,200; quick 50).
+    #[arg(long, value_delimiter = ',')]
+    pub concurrency: Option<Vec<usize>>,
+    /// Concurrent-start rounds per runtime and N; rounds alternate the order.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
+    /// Stop-latency samples per runtime (default 3, quick 1).
+    #[arg(long)]
+    pub stop_samples: Option<usize>,
+    /// Grace cap before KILL in the stop-latency measure, seconds.
+    #[arg(long, default_value_t = 10)]
+    pub stop_cap: u64,
+    /// Runtimes to measure.
+    #[arg(long, value_delimiter = ',', default_value = "rund,runc")]
+    pub runtimes: Vec<RuntimeKind>,
+    #[arg(long)]
+    pub skip_single: bool,
+    #[arg(long)]
+    pub skip_concurrent: bool,
+    /// Skip the RSS/PSS measure (taken while the N concurrent containers sleep).
+    #[arg(long)]
+    pub skip_density: bool,
+    #[arg(long)]
+    pub skip_stop: bool,
+    /// Skip rund's feature switches (userns, cgroup pool on/off).
+    #[arg(long)]
+    pub skip_features: bool,
+    /// Samples per variant for the feature switches (default 10, quick 5).
+    #[arg(long)]
+    pub feature_iterations: Option<usize>,
+    /// Config file for one feature variant, `<feature>-<variant>=PATH`
+    /// (userns-on, userns-off, cgroup-pool-on, cgroup-pool-off); repeatable.
+    #[arg(long = "feature-config", value_parser = parse_kv)]
+    pub feature_config: Vec<(String, PathBuf)>,
+    /// Where results.json and plot.svg go.
+    #[arg(long, default_value = "target/bench")]
+    pub out_dir: PathBuf,
+    /// Kill a single ctr invocation after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    pub ctr_timeout: u64,
+    /// containerd (and shims) at debug log level.
+    #[arg(long)]
+    pub debug: bool,
+}
+
+fn parse_kv(s: &str) -> Result<(String, PathBuf), String> {
+    let (k, v) = s.split_once('=').ok_or_else(|| format!("expected NAME=PATH, got {s:?}"))?;
+    Ok((k.to_string(), PathBuf::from(v)))
+}
+
+/// Every knob resolved.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub quick: bool,
+    pub iterations: usize,
+    pub warmup: usize,
+    pub concurrency: Vec<usize>,
+    pub rounds: usize,
+    pub stop_samples: usize,
+    pub stop_cap: Duration,
+    pub runtimes: Vec<RuntimeKind>,
+    pub single: bool,
+    pub concurrent: bool,
+    pub density: bool,
+    pub stop: bool,
+    pub features: bool,
+    pub feature_iterations: usize,
+    pub feature_configs: BTreeMap<String, PathBuf>,
+    pub out_dir: PathBuf,
+    pub ctr_timeout: Duration,
+    pub debug: bool,
+}
+
+impl Args {
+    pub fn plan(self) -> Result<Plan, String> {
+        let q = self.quick;
+        let mut runtimes = self.runtimes;
+        runtimes.sort();
+        runtimes.dedup();
+        if runtimes.is_empty() {
+            return Err("--runtimes must name at least one runtime".into());
+        }
+        let mut concurrency = self.concurrency.unwrap_or_else(|| if q { vec![50] } else { vec![50, 200] });
+        concurrency.sort_unstable();
+        concurrency.dedup();
+        if concurrency.contains(&0) {
+            return Err("--concurrency values must be > 0".into());
+        }
+        if self.rounds == 0 {
+            return Err("--rounds must be > 0".into());
+        }
+        let features = !self.skip_features && runtimes.contains(&RuntimeKind::Rund);
+        Ok(Plan {
+            quick: q,
+            iterations: self.iterations.unwrap_or(if q { 10 } else { 30 }),
+            warmup: self.warmup.unwrap_or(if q { 1 } else { 3 }),
+            concurrency,
+            rounds: self.rounds,
+            stop_samples: self.stop_samples.unwrap_or(if q { 1 } else { 3 }),
+            stop_cap: Duration::from_secs(self.stop_cap),
+            runtimes,
+            single: !self.skip_single,
+            concurrent: !self.skip_concurrent,
+            density: !self.skip_density && !self.skip_concurrent,
+            stop: !self.skip_stop,
+            features,
+            feature_iterations: self.feature_iterations.unwrap_or(if q { 5 } else { 10 }),
+            feature_configs: self.feature_config.into_iter().collect(),
+            out_dir: self.out_dir,
+            ctr_timeout: Duration::from_secs(self.ctr_timeout),
+            debug: self.debug,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(args: &[&str]) -> Result<Plan, String> {
+        Args::try_parse_from(std::iter::once("rund-bench").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?
+            .plan()
+    }
+
+    #[test]
+    fn quick_defaults() {
+        let p = plan(&["--quick"]).unwrap();
+        assert_eq!((p.iterations, p.concurrency.clone(), p.stop_samples), (10, vec![50], 1));
+        let p = plan(&[]).unwrap();
+        assert_eq!((p.iterations, p.concurrency), (30, vec![50, 200]));
+    }
+
+    #[test]
+    fn flags_override() {
+        let p = plan(&["--quick", "--concurrency", "200,5,5", "--runtimes", "runc", "--iterations", "3"]).unwrap();
+        assert_eq!(p.concurrency, vec![5, 200]);
+        assert_eq!(p.runtimes, vec![RuntimeKind::Runc]);
+        assert_eq!(p.iterations, 3);
+        assert!(!p.features, "features need rund");
+        let p = plan(&["--feature-config", "userns-on=/x.toml"]).unwrap();
+        assert_eq!(p.feature_configs.get("userns-on"), Some(&PathBuf::from("/x.toml")));
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        assert!(plan(&["--concurrency", "0"]).is_err());
+        assert!(plan(&["--runtimes", "crun"]).is_err());
+        assert!(plan(&["--feature-config", "nokey"]).is_err());
+    }
+}

@@ -1,0 +1,109 @@
+//! The bench environment: one private containerd (from the rund-tests harness)
+//! with both runtimes on its PATH, a busybox rootfs, and a ctr client.
+//! All containerd plumbing goes through here, so the harness can be swapped.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rund_tests::bins::{AGENT_BIN, SHIM_BIN};
+use rund_tests::containerd::CTR_BIN;
+use rund_tests::{Containerd, ContainerdOpts};
+use thiserror::Error;
+
+use crate::ctr::Ctr;
+
+#[derive(Debug, Error)]
+pub enum EnvError {
+    #[error(
+        "rund binaries ({SHIM_BIN}, {AGENT_BIN}) not found in {0:?}; build them with \
+         `cargo build --release -p rund-shim -p rund-agent` or set RUND_BIN_DIR \
+         (or measure runc only: --runtimes runc)"
+    )]
+    RundMissing(Vec<PathBuf>),
+    #[error("starting the private containerd: {0}")]
+    Containerd(#[source] rund_tests::Error),
+    #[error("building the busybox rootfs: {0}")]
+    Rootfs(#[source] rund_tests::Error),
+}
+
+pub struct BenchEnv {
+    pub containerd: Containerd,
+    pub rootfs: PathBuf,
+    pub ctr: Ctr,
+    /// Where rund's binaries were taken from, when rund is measured.
+    pub rund_bin_dir: Option<PathBuf>,
+}
+
+impl BenchEnv {
+    /// Starts containerd with runc-v2 always and rund when `with_rund`.
+    pub fn start(with_rund: bool, debug: bool, ctr_timeout: Duration) -> Result<BenchEnv, EnvError> {
+        let rund_bin_dir = if with_rund {
+            let dir = find_rund_bins()?;
+            // The harness honours RUND_BIN_DIR first: pin it to what we found
+            // (release next to this binary beats the harness's debug default).
+            std::env::set_var("RUND_BIN_DIR", &dir);
+            Some(dir)
+        } else {
+            None
+        };
+        let mut opts = ContainerdOpts::new().with_runc();
+        opts.with_rund = with_rund;
+        opts.debug = debug;
+        let containerd = Containerd::start(opts).map_err(EnvError::Containerd)?;
+        let rootfs = containerd.busybox_rootfs().map_err(EnvError::Rootfs)?;
+        let ctr = Ctr::new(
+            Path::new(CTR_BIN),
+            containerd.address(),
+            &containerd.namespace,
+            ctr_timeout,
+        );
+        Ok(BenchEnv {
+            containerd,
+            rootfs,
+            ctr,
+            rund_bin_dir,
+        })
+    }
+
+    /// The workload binary inside the rootfs (to tell it apart from infra
+    /// processes in the density measure).
+    pub fn workload_binary(&self) -> PathBuf {
+        self.rootfs.join("bin/busybox")
+    }
+
+    /// Removes every container left in our namespace. Never timed.
+    pub fn sweep(&self) -> usize {
+        let ids = self.ctr.containers().unwrap_or_default();
+        for id in &ids {
+            let _ = self.ctr.remove_everything(id);
+        }
+        ids.len()
+    }
+}
+
+/// `$RUND_BIN_DIR`, else the directory of this executable (rund-bench is
+/// built into the same target/<profile> as the shim), else the target dirs.
+pub fn find_rund_bins() -> Result<PathBuf, EnvError> {
+    let mut candidates = Vec::new();
+    if let Some(d) = std::env::var_os("RUND_BIN_DIR") {
+        candidates.push(PathBuf::from(d));
+    } else {
+        if let Some(d) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
+            candidates.push(d);
+        }
+        let mut targets = Vec::new();
+        if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
+            targets.push(PathBuf::from(t));
+        }
+        targets.push(rund_tests::bins::workspace_dir().join("target"));
+        for t in targets {
+            candidates.push(t.join("release"));
+            candidates.push(t.join("debug"));
+        }
+    }
+    candidates
+        .iter()
+        .find(|d| [SHIM_BIN, AGENT_BIN].iter().all(|b| d.join(b).is_file()))
+        .cloned()
+        .ok_or(EnvError::RundMissing(candidates))
+}

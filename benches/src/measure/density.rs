@@ -1,0 +1,45 @@
+//! Per-pod memory: the shim found as the nearest `containerd-shim*` ancestor
+//! of each task pid (containerd-stress density does the same with the
+//! parent), plus, for rund, every other descendant of the shim that is not
+//! the workload (the agent and container inits).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use crate::procfs;
+use crate::results::Density;
+
+pub fn measure(task_pids: &[u32], workload_binary: &Path) -> Density {
+    let workload = procfs::file_identity(workload_binary);
+    let mut shims = BTreeSet::new();
+    let mut d = Density::default();
+    for &pid in task_pids {
+        match procfs::shim_of(pid) {
+            Some(s) => {
+                shims.insert(s);
+            }
+            None => d.unresolved += 1,
+        }
+    }
+    let children = procfs::children_map();
+    for &shim in &shims {
+        let Some(m) = procfs::mem_of(shim) else {
+            d.unresolved += 1;
+            continue;
+        };
+        d.pods += 1;
+        d.shim_processes += 1;
+        d.shim_total += m;
+        for p in procfs::descendants(shim, &children) {
+            let id = procfs::exe_identity(p);
+            if id.is_some() && id == workload {
+                continue;
+            }
+            if let Some(m) = procfs::mem_of(p) {
+                d.infra_processes += 1;
+                d.infra_total += m;
+            }
+        }
+    }
+    d
+}

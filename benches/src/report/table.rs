@@ -1,0 +1,170 @@
+//! Markdown rendering of the comparison rows and the feature switches.
+
+use std::fmt::Write as _;
+
+use crate::results::{FeatureResult, Results, TableRow};
+use crate::stats::{ratio, Summary};
+
+fn fmt_val(v: Option<f64>, unit: &str) -> String {
+    match v {
+        None => "—".into(),
+        Some(x) if unit == "count" => format!("{x:.0}"),
+        Some(x) if unit == "ms" => format!("{x:.1}"),
+        Some(x) => format!("{x:.2}"),
+    }
+}
+
+fn fmt_ratio(r: Option<f64>) -> String {
+    r.map(|r| format!("{r:.2}×")).unwrap_or_else(|| "—".into())
+}
+
+fn bound(at_least: bool, v: String) -> String {
+    if at_least && v != "—" {
+        format!("≥ {v}")
+    } else {
+        v
+    }
+}
+
+/// A lower-bound denominator makes the ratio an upper bound; a lower-bound
+/// numerator makes it meaningless.
+fn fmt_row_ratio(r: &TableRow) -> String {
+    match (r.rund_at_least, r.runc_at_least, r.ratio) {
+        (true, _, Some(_)) => "—".into(),
+        (false, true, Some(x)) => format!("≤ {x:.2}×"),
+        _ => fmt_ratio(r.ratio),
+    }
+}
+
+pub fn render_rows(rows: &[TableRow]) -> String {
+    let mut s = String::from("| figure | unit | rund | runc-v2 | rund/runc-v2 | note |\n|---|---|--:|--:|--:|---|\n");
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} |",
+            r.figure,
+            r.unit,
+            bound(r.rund_at_least, fmt_val(r.rund, &r.unit)),
+            bound(r.runc_at_least, fmt_val(r.runc, &r.unit)),
+            fmt_row_ratio(r),
+            r.note
+        );
+    }
+    s
+}
+
+fn median(s: &crate::results::SampleSet) -> Option<f64> {
+    s.summary.as_ref().map(|s: &Summary| s.median)
+}
+
+pub fn render_features(features: &[FeatureResult]) -> String {
+    let mut s = String::from("| rund switch | figure | A | B | A/B | note |\n|---|---|--:|--:|--:|---|\n");
+    for f in features {
+        let [a, b] = &f.variants;
+        if !f.supported {
+            let _ = writeln!(s, "| {} {a} vs {b} | — | — | — | — | {} |", f.feature, f.note);
+            continue;
+        }
+        let (ma, mb) = (median(&f.single_start[0]), median(&f.single_start[1]));
+        let _ = writeln!(
+            s,
+            "| {} {a} vs {b} | single start median (ms) | {} | {} | {} | {} |",
+            f.feature,
+            fmt_val(ma, "ms"),
+            fmt_val(mb, "ms"),
+            fmt_ratio(ratio(ma, mb)),
+            f.note
+        );
+        for (ra, rb) in f.concurrent[0].iter().zip(&f.concurrent[1]) {
+            let (wa, wb) = (Some(ra.wall_ms / 1e3), Some(rb.wall_ms / 1e3));
+            let _ = writeln!(
+                s,
+                "| {} {a} vs {b} | {} concurrent wall (s) | {} | {} | {} | failures {} / {} |",
+                f.feature,
+                ra.n,
+                fmt_val(wa, "s"),
+                fmt_val(wb, "s"),
+                fmt_ratio(ratio(wa, wb)),
+                ra.failures,
+                rb.failures
+            );
+        }
+    }
+    s
+}
+
+/// The whole stdout report.
+pub fn render(results: &Results) -> String {
+    let m = &results.meta;
+    let mut s = format!(
+        "## rund vs runc-v2 ({} mode)\n\n{} CPUs, kernel {}, {}, {}; {} single-start samples per runtime \
+         after {} warm-up, concurrency {:?} × {} round(s); run took {:.0} s.\n\n",
+        if m.quick { "quick" } else { "full" },
+        m.cpus,
+        m.kernel,
+        m.containerd,
+        m.runc,
+        m.iterations,
+        m.warmup,
+        m.concurrency,
+        m.rounds,
+        m.duration_s
+    );
+    s.push_str(&render_rows(&results.table));
+    if !results.features.is_empty() {
+        s.push_str("\n### rund feature switches\n\n");
+        s.push_str(&render_features(&results.features));
+    }
+    if !results.notes.is_empty() {
+        s.push_str("\n### notes\n\n");
+        for n in &results.notes {
+            let _ = writeln!(s, "- {n}");
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_values_are_dashes_not_zeroes() {
+        let rows = [TableRow {
+            figure: "x".into(),
+            unit: "ms".into(),
+            rund: None,
+            runc: Some(12.345),
+            ratio: None,
+            rund_at_least: false,
+            runc_at_least: false,
+            note: String::new(),
+        }];
+        let t = render_rows(&rows);
+        assert!(t.contains("| x | ms | — | 12.3 | — |"), "{t}");
+    }
+
+    #[test]
+    fn capped_values_are_bounds() {
+        let mut r = TableRow {
+            figure: "stop".into(),
+            unit: "s".into(),
+            rund: Some(0.2),
+            runc: Some(10.0),
+            ratio: Some(0.02),
+            rund_at_least: false,
+            runc_at_least: true,
+            note: String::new(),
+        };
+        let t = render_rows(std::slice::from_ref(&r));
+        assert!(t.contains("| 0.20 | ≥ 10.00 | ≤ 0.02× |"), "{t}");
+        r.rund_at_least = true;
+        assert!(render_rows(&[r]).contains("| ≥ 0.20 | ≥ 10.00 | — |"));
+    }
+
+    #[test]
+    fn ratio_is_formatted() {
+        assert_eq!(fmt_ratio(Some(0.3456)), "0.35×");
+        assert_eq!(fmt_val(Some(3.0), "count"), "3");
+    }
+}

@@ -1,0 +1,173 @@
+//! What a bench run produces, serialised as target/bench/results.json.
+//! Raw samples are kept next to every summary so figures can be re-derived.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::procfs::Mem;
+use crate::runtime::RuntimeKind;
+use crate::stats::Summary;
+
+/// Distinct error messages kept per sample set (the count is always exact).
+const MAX_ERRORS: usize = 5;
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SampleSet {
+    pub samples_ms: Vec<f64>,
+    pub failures: u32,
+    pub errors: Vec<String>,
+    pub summary: Option<Summary>,
+}
+
+impl SampleSet {
+    pub fn ok(&mut self, ms: f64) {
+        self.samples_ms.push(ms);
+        self.summary = Summary::of(&self.samples_ms);
+    }
+
+    pub fn fail(&mut self, err: String) {
+        self.failures += 1;
+        note_error(&mut self.errors, err);
+    }
+}
+
+pub fn note_error(errors: &mut Vec<String>, err: String) {
+    if errors.len() < MAX_ERRORS && !errors.contains(&err) {
+        errors.push(err);
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Teardown {
+    /// Wall time to kill and delete all started containers.
+    pub wall_ms: f64,
+    pub failures: u32,
+    pub errors: Vec<String>,
+}
+
+/// Memory of the per-pod infrastructure, summed over all pods found.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Density {
+    /// Pods whose shim was found from the task pid.
+    pub pods: usize,
+    /// Running tasks whose shim could not be found.
+    pub unresolved: usize,
+    pub shim_processes: usize,
+    /// Agent and container-init processes (rund); 0 for runc-v2.
+    pub infra_processes: usize,
+    pub shim_total: Mem,
+    pub infra_total: Mem,
+}
+
+impl Density {
+    /// Per-pod KiB as (shim, agent+inits, total), RSS or PSS.
+    pub fn per_pod(&self, pss: bool) -> Option<(f64, f64, f64)> {
+        if self.pods == 0 {
+            return None;
+        }
+        let pick = |m: &Mem| if pss { m.pss_kib } else { m.rss_kib } as f64;
+        let n = self.pods as f64;
+        let s = pick(&self.shim_total) / n;
+        let i = pick(&self.infra_total) / n;
+        Some((s, i, s + i))
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ConcurrentRun {
+    pub runtime: RuntimeKind,
+    /// Feature-switch variant ("on"/"off"), `None` in the main comparison.
+    pub variant: Option<String>,
+    pub n: usize,
+    pub round: usize,
+    /// From the common start to the last `ctr run -d` returning.
+    pub wall_ms: f64,
+    /// `ctr run -d` that reported success.
+    pub started: usize,
+    /// Tasks seen RUNNING by `ctr task ls` right after.
+    pub running: usize,
+    pub failures: usize,
+    pub errors: Vec<String>,
+    /// Per-container `ctr run -d` latency (successful ones).
+    pub latencies_ms: Vec<f64>,
+    pub latency: Option<Summary>,
+    pub density: Option<Density>,
+    pub teardown: Option<Teardown>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StopSet {
+    /// Time from `kill -s TERM` to the task's exit event, capped.
+    pub samples_ms: Vec<f64>,
+    /// Per sample: the cap was hit and KILL was needed.
+    pub capped: Vec<bool>,
+    pub exit_status: Vec<Option<i64>>,
+    pub failures: u32,
+    pub errors: Vec<String>,
+    pub summary: Option<Summary>,
+}
+
+impl StopSet {
+    pub fn capped_count(&self) -> usize {
+        self.capped.iter().filter(|c| **c).count()
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FeatureResult {
+    /// e.g. "userns", "cgroup-pool".
+    pub feature: String,
+    /// Variant labels, e.g. ["on", "off"].
+    pub variants: [String; 2],
+    pub config_paths: [String; 2],
+    pub supported: bool,
+    pub note: String,
+    pub single_start: [SampleSet; 2],
+    pub concurrent: [Vec<ConcurrentRun>; 2],
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Meta {
+    pub started_at_unix: u64,
+    pub kernel: String,
+    pub cpus: usize,
+    pub containerd: String,
+    pub runc: String,
+    pub quick: bool,
+    pub iterations: usize,
+    pub warmup: usize,
+    pub concurrency: Vec<usize>,
+    pub rounds: usize,
+    pub stop_samples: usize,
+    pub stop_cap_s: u64,
+    pub runtimes: Vec<RuntimeKind>,
+    pub rund_bin_dir: Option<String>,
+    pub duration_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TableRow {
+    pub figure: String,
+    pub unit: String,
+    pub rund: Option<f64>,
+    pub runc: Option<f64>,
+    pub ratio: Option<f64>,
+    /// The value is a lower bound (a cap was hit): rendered as "≥ x".
+    pub rund_at_least: bool,
+    pub runc_at_least: bool,
+    pub note: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Results {
+    pub meta: Meta,
+    /// Keyed by runtime label.
+    pub warmup: BTreeMap<String, SampleSet>,
+    pub single_start: BTreeMap<String, SampleSet>,
+    pub concurrent: Vec<ConcurrentRun>,
+    pub stop: BTreeMap<String, StopSet>,
+    pub features: Vec<FeatureResult>,
+    pub notes: Vec<String>,
+    pub table: Vec<TableRow>,
+}

@@ -1,0 +1,168 @@
+//! One bench run: environment up, phases in order, everything cleaned up.
+
+use std::collections::BTreeMap;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use crate::cli::Plan;
+use crate::env::{BenchEnv, EnvError};
+use crate::measure::{concurrent, features, single, stop};
+use crate::progress::{interrupted, Progress};
+use crate::report::figures;
+use crate::results::{Meta, Results};
+use crate::runtime::{Runtime, RuntimeKind};
+
+fn total_steps(p: &Plan) -> u64 {
+    let r = p.runtimes.len();
+    let mut t = 0;
+    if p.single {
+        t += (p.warmup + p.iterations) * r;
+    }
+    if p.concurrent {
+        t += p.concurrency.iter().map(|n| 2 * n * p.rounds * r).sum::<usize>();
+    }
+    if p.stop {
+        t += p.stop_samples * r;
+    }
+    let mut t = t as u64;
+    if p.features {
+        t += features::SWITCHES
+            .iter()
+            .map(|s| features::steps(s, p.feature_iterations, &p.concurrency))
+            .sum::<u64>();
+    }
+    t
+}
+
+fn first_line(cmd: &str, arg: &str) -> String {
+    std::process::Command::new(cmd)
+        .arg(arg)
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).lines().next().map(str::to_string))
+        .unwrap_or_else(|| format!("{cmd}: unknown version"))
+}
+
+fn meta(p: &Plan, env: &BenchEnv) -> Meta {
+    Meta {
+        started_at_unix: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        kernel: nix::sys::utsname::uname()
+            .map(|u| u.release().to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        containerd: first_line("containerd", "--version"),
+        runc: first_line("runc", "--version"),
+        quick: p.quick,
+        iterations: p.iterations,
+        warmup: p.warmup,
+        concurrency: p.concurrency.clone(),
+        rounds: p.rounds,
+        stop_samples: p.stop_samples,
+        stop_cap_s: p.stop_cap.as_secs(),
+        runtimes: p.runtimes.clone(),
+        rund_bin_dir: env.rund_bin_dir.as_ref().map(|d| d.display().to_string()),
+        duration_s: 0.0,
+    }
+}
+
+pub fn run(p: &Plan) -> Result<Results, EnvError> {
+    let t_all = Instant::now();
+    let with_rund = p.runtimes.contains(&RuntimeKind::Rund);
+    let env = BenchEnv::start(with_rund, p.debug, p.ctr_timeout)?;
+    let rts: Vec<Runtime> = p.runtimes.iter().map(|k| Runtime::plain(*k)).collect();
+    let progress = Progress::new(total_steps(p));
+    let mut res = Results {
+        meta: meta(p, &env),
+        warmup: BTreeMap::new(),
+        single_start: BTreeMap::new(),
+        concurrent: Vec::new(),
+        stop: BTreeMap::new(),
+        features: Vec::new(),
+        notes: Vec::new(),
+        table: Vec::new(),
+    };
+    let label = |rt: &Runtime| rt.kind.label().to_string();
+
+    if p.single {
+        progress.phase("warm-up");
+        res.warmup = single::run(&env, &rts, p.warmup, "w", label, &progress);
+        progress.phase("single start");
+        res.single_start = single::run(&env, &rts, p.iterations, "s", label, &progress);
+    }
+    if p.concurrent {
+        let opts = concurrent::Options { density: p.density };
+        for &n in &p.concurrency {
+            for round in 0..p.rounds {
+                for rt in crate::measure::alternate(&rts, round) {
+                    if interrupted() {
+                        break;
+                    }
+                    res.concurrent.push(concurrent::run(&env, rt, n, round, &opts, &progress));
+                }
+            }
+        }
+    }
+    if p.stop && !interrupted() {
+        res.stop = stop::run(&env, &rts, p.stop_samples, p.stop_cap, &progress);
+    }
+    if p.features && !interrupted() {
+        let o = features::Options {
+            iterations: p.feature_iterations,
+            concurrency: &p.concurrency,
+            overrides: &p.feature_configs,
+            rund_bin_dir: env.rund_bin_dir.as_deref(),
+        };
+        res.features = features::run(&env, &o, &progress);
+    }
+    progress.phase("clean-up");
+    let left = env.sweep();
+    progress.finish();
+    if left > 0 {
+        res.notes.push(format!("{left} container(s) were left after the phases and removed by the final sweep"));
+    }
+    if interrupted() {
+        res.notes.push("interrupted: the figures cover only the samples taken before the interrupt".into());
+    }
+    add_notes(&mut res);
+    drop(env); // stops containerd by pid and removes its directory
+    res.meta.duration_s = t_all.elapsed().as_secs_f64();
+    res.table = figures::build(&res);
+    Ok(res)
+}
+
+fn add_notes(res: &mut Results) {
+    let mut notes = Vec::new();
+    for (rt, set) in res.warmup.iter().chain(&res.single_start) {
+        for e in &set.errors {
+            notes.push(format!("{rt} start error: {e}"));
+        }
+    }
+    for r in &res.concurrent {
+        for e in &r.errors {
+            notes.push(format!("{} N={} start error: {e}", r.runtime.label(), r.n));
+        }
+        if let Some(t) = &r.teardown {
+            for e in &t.errors {
+                notes.push(format!("{} N={} teardown error: {e}", r.runtime.label(), r.n));
+            }
+        }
+        if let Some(d) = &r.density {
+            if d.unresolved > 0 {
+                notes.push(format!("{} N={}: the shim of {} task(s) was not found", r.runtime.label(), r.n, d.unresolved));
+            }
+        }
+    }
+    for (rt, s) in &res.stop {
+        for e in &s.errors {
+            notes.push(format!("{rt} stop error: {e}"));
+        }
+    }
+    if res.concurrent.iter().any(|r| r.density.is_some()) {
+        notes.push(
+            "density: shim = nearest containerd-shim* ancestor of each task pid; agent + inits = \
+             its other descendants except the workload (busybox). RSS counts shared pages once \
+             per pod; PSS splits them."
+                .into(),
+        );
+    }
+    res.notes.splice(0..0, notes);
+}

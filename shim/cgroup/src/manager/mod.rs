@@ -1,0 +1,166 @@
+//! One container's cgroup: create (or claim), apply, update, add pids,
+//! freeze, stats, OOM, kill and destroy.
+
+mod freezer;
+
+pub use freezer::FreezerState;
+
+use crate::ctl;
+use crate::dirs::Dirs;
+use crate::error::{Error, Result};
+use crate::fs::CgroupFs;
+use crate::oom::OomWatcher;
+use crate::path::CgroupPath;
+use crate::pool::{Pool, Released};
+use crate::resources::{self, Mode};
+use crate::stats::{self, Stats};
+use crate::tree;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use oci_spec::runtime::LinuxResources;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The cgroup of one container.
+#[derive(Debug, Clone)]
+pub struct CgroupManager {
+    pub(crate) fs: Arc<dyn CgroupFs>,
+    pub(crate) path: CgroupPath,
+    pub(crate) dirs: Dirs,
+    pub(crate) pool: Option<Arc<Pool>>,
+    pub(crate) pooled: bool,
+    pub(crate) empty_timeout: Duration,
+    pub(crate) freeze_timeout: Duration,
+}
+
+impl CgroupManager {
+    /// The parsed cgroupsPath.
+    pub fn path(&self) -> &CgroupPath {
+        &self.path
+    }
+
+    /// Where the cgroup lives (v1: one dir per hierarchy; v2: maybe a slot).
+    pub fn dirs(&self) -> &Dirs {
+        &self.dirs
+    }
+
+    /// Whether the cgroup came from the pool (no mkdir on create).
+    pub fn pooled(&self) -> bool {
+        self.pooled
+    }
+
+    /// Apply resources (create-time semantics: device rules always set).
+    pub fn apply(&self, res: &LinuxResources) -> Result<()> {
+        resources::apply(self.fs.as_ref(), &self.dirs, res, Mode::Create)
+    }
+
+    /// Change resources live; only the fields present change. The kernel's
+    /// refusal (e.g. EBUSY for a memory limit below usage) comes back as
+    /// [`Error::Write`] naming the file and value.
+    pub fn update(&self, res: &LinuxResources) -> Result<()> {
+        resources::apply(self.fs.as_ref(), &self.dirs, res, Mode::Update)
+    }
+
+    /// Move a host pid into the cgroup (every v1 hierarchy including
+    /// name=systemd, or the v2 directory).
+    pub fn add_pid(&self, pid: i32) -> Result<()> {
+        if pid <= 0 {
+            return Err(Error::InvalidResource {
+                field: "pid",
+                reason: format!("{pid} is not a process id"),
+            });
+        }
+        for d in self.dirs.all() {
+            ctl::write(self.fs.as_ref(), d, "cgroup.procs", &pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Host pids in the cgroup.
+    pub fn pids(&self) -> Result<Vec<i32>> {
+        ctl::procs(self.fs.as_ref(), self.dirs.procs_dir())
+    }
+
+    pub fn freeze(&self) -> Result<()> {
+        freezer::set(self.fs.as_ref(), &self.dirs, true, self.freeze_timeout)
+    }
+
+    pub fn thaw(&self) -> Result<()> {
+        freezer::set(self.fs.as_ref(), &self.dirs, false, self.freeze_timeout)
+    }
+
+    pub fn freezer_state(&self) -> Result<FreezerState> {
+        freezer::state(self.fs.as_ref(), &self.dirs)
+    }
+
+    pub fn stats(&self) -> Result<Stats> {
+        stats::read(self.fs.as_ref(), &self.dirs)
+    }
+
+    /// An OOM watcher (v1 eventfd, v2 inotify on memory.events).
+    pub fn oom_watcher(&self) -> Result<OomWatcher> {
+        match &self.dirs {
+            Dirs::V1(_) => OomWatcher::v1(
+                self.dirs
+                    .v1("memory")
+                    .ok_or(Error::ControllerMissing("memory"))?,
+            ),
+            Dirs::V2(d) => OomWatcher::v2(d),
+        }
+    }
+
+    /// Signal every process: freeze (so none forks past us), signal, thaw.
+    /// Returns how many processes were signalled.
+    pub fn kill_all(&self, sig: Signal) -> Result<usize> {
+        let frozen = self.freeze();
+        if let Err(e) = &frozen {
+            tracing::warn!(%e, "kill_all without a frozen cgroup");
+        }
+        let mut n = 0;
+        let res = self.pids().map(|pids| {
+            for p in pids {
+                match kill(Pid::from_raw(p), sig) {
+                    Ok(()) => n += 1,
+                    Err(nix::Error::ESRCH) => {}
+                    Err(e) => tracing::warn!(pid = p, %e, "kill failed"),
+                }
+            }
+        });
+        let thawed = self.thaw();
+        res?;
+        thawed?;
+        Ok(n)
+    }
+
+    /// A directory fd for `clone3(CLONE_INTO_CGROUP)` (v2 only).
+    pub fn cgroup_dir_fd(&self) -> Result<OwnedFd> {
+        let Dirs::V2(d) = &self.dirs else {
+            return Err(Error::Unimplemented(
+                "CLONE_INTO_CGROUP needs cgroup v2".into(),
+            ));
+        };
+        let f = std::fs::File::open(d).map_err(|e| Error::io("open", d, e))?;
+        Ok(OwnedFd::from(f))
+    }
+
+    /// Wait until empty, then recycle into the pool or rmdir everywhere.
+    /// A cgroup that is already gone is fine (delete is idempotent).
+    pub fn destroy(&self) -> Result<Option<Released>> {
+        let fs = self.fs.as_ref();
+        if !self.dirs.all().iter().any(|d| fs.exists(d)) {
+            return Ok(None);
+        }
+        tree::wait_empty(fs, &self.dirs, self.empty_timeout)?;
+        match &self.pool {
+            Some(pool) => pool.release(&self.path, &self.dirs).map(Some),
+            None => tree::remove(fs, &self.dirs).map(|()| Some(Released::Removed)),
+        }
+    }
+
+    /// The directory paths (leader first).
+    pub fn paths(&self) -> Vec<PathBuf> {
+        self.dirs.all().into_iter().map(Path::to_path_buf).collect()
+    }
+}

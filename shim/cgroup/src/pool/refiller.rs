@@ -1,0 +1,68 @@
+//! The background refiller: one thread per process, fed by claims. The
+//! refill itself runs under the per-parent file lock, so one refiller per
+//! parent runs on the node at a time.
+
+use super::Pool;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+
+#[derive(Debug, Default)]
+struct Pending {
+    queued: BTreeSet<PathBuf>,
+    busy: bool,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Handle {
+    tx: Sender<PathBuf>,
+    pending: Arc<(Mutex<Pending>, Condvar)>,
+}
+
+impl Handle {
+    pub(crate) fn spawn(pool: Weak<Pool>) -> Self {
+        let (tx, rx) = channel::<PathBuf>();
+        let pending: Arc<(Mutex<Pending>, Condvar)> = Arc::default();
+        let p2 = pending.clone();
+        let spawned = std::thread::Builder::new()
+            .name("rund-cgroup-refill".into())
+            .spawn(move || {
+                // Ends when the pool (the only Sender owner) is dropped.
+                while let Ok(parent) = rx.recv() {
+                    {
+                        let mut g = p2.0.lock().unwrap_or_else(|e| e.into_inner());
+                        g.queued.remove(&parent);
+                        g.busy = true;
+                    }
+                    if let Some(pool) = pool.upgrade() {
+                        if let Err(e) = pool.refill(&parent) {
+                            tracing::warn!(parent = %parent.display(), %e, "cgroup pool refill failed");
+                        }
+                    }
+                    let mut g = p2.0.lock().unwrap_or_else(|e| e.into_inner());
+                    g.busy = false;
+                    p2.1.notify_all();
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(%e, "cannot start the cgroup pool refiller; refills happen on demand only");
+        }
+        Handle { tx, pending }
+    }
+
+    pub(crate) fn request(&self, parent: &Path) {
+        let mut g = self.pending.0.lock().unwrap_or_else(|e| e.into_inner());
+        // One queued request per parent is enough.
+        if g.queued.insert(parent.to_path_buf()) && self.tx.send(parent.to_path_buf()).is_err() {
+            g.queued.remove(parent);
+        }
+    }
+
+    pub(crate) fn wait_idle(&self) {
+        let mut g = self.pending.0.lock().unwrap_or_else(|e| e.into_inner());
+        while g.busy || !g.queued.is_empty() {
+            g = self.pending.1.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! The pool's on-disk state, shared by every shim on the node: one directory
+//! per pooled parent under the state dir, with two lock files, counters, and
+//! (v2 only) claim and container->slot mapping files.
+
+use crate::error::{Error, Result};
+use crate::path::escape_key;
+use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+/// Counters of one pool, kept in `counters.json` under `counters.lock`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    /// Refill runs that created at least one slot.
+    pub refills: u64,
+    /// Slots created by refills.
+    pub slots_created: u64,
+    /// Cgroups renamed (v1) or released (v2) back into the pool.
+    pub recycles: u64,
+    /// Cgroups removed instead of recycled (past high water, or reset failed).
+    pub removed: u64,
+    /// Stale pieces removed by gc.
+    pub gc_removed: u64,
+}
+
+/// What a parent's state dir remembers about it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Meta {
+    /// The parent, relative to the hierarchy roots.
+    pub rel: PathBuf,
+}
+
+/// The state directory of one pooled parent.
+#[derive(Debug, Clone)]
+pub(crate) struct ParentState {
+    pub dir: PathBuf,
+}
+
+fn state_err(path: &Path, e: impl std::fmt::Display) -> Error {
+    Error::State {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    }
+}
+
+impl ParentState {
+    /// `leader_parent` (an absolute cgroup dir) names the pool uniquely.
+    pub fn open(state_dir: &Path, leader_parent: &Path, rel: &Path) -> Result<Self> {
+        let mut key = escape_key(&leader_parent.to_string_lossy());
+        if key.len() > 200 {
+            let h = key.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+            });
+            key = format!("{}-{h:016x}", &key[..150]);
+        }
+        let dir = state_dir.join(key);
+        let st = ParentState { dir };
+        if !st.dir.join("meta.json").exists() {
+            std::fs::create_dir_all(&st.dir).map_err(|e| state_err(&st.dir, e))?;
+            let meta = Meta {
+                rel: rel.to_path_buf(),
+            };
+            let text = serde_json::to_string(&meta).map_err(|e| state_err(&st.dir, e))?;
+            write_atomic(&st.dir.join("meta.json"), text.as_bytes())?;
+        }
+        Ok(st)
+    }
+
+    pub fn meta(dir: &Path) -> Result<Meta> {
+        let p = dir.join("meta.json");
+        let text = std::fs::read_to_string(&p).map_err(|e| state_err(&p, e))?;
+        serde_json::from_str(&text).map_err(|e| state_err(&p, e))
+    }
+
+    fn lock_file(&self, name: &str, arg: FlockArg) -> Result<Option<Flock<File>>> {
+        let p = self.dir.join(name);
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&p)
+            .map_err(|e| state_err(&p, e))?;
+        match Flock::lock(f, arg) {
+            Ok(l) => Ok(Some(l)),
+            Err((_, nix::Error::EWOULDBLOCK)) => Ok(None),
+            Err((_, e)) => Err(state_err(&p, e)),
+        }
+    }
+
+    /// The refill lock, or `None` if another process is refilling.
+    pub fn try_refill_lock(&self) -> Result<Option<Flock<File>>> {
+        self.lock_file("refill.lock", FlockArg::LockExclusiveNonblock)
+    }
+
+    /// The refill lock, waiting for it (gc).
+    pub fn refill_lock(&self) -> Result<Flock<File>> {
+        self.lock_file("refill.lock", FlockArg::LockExclusive)
+            .and_then(|l| l.ok_or_else(|| state_err(&self.dir, "lock not taken")))
+    }
+
+    pub fn counters(&self) -> Counters {
+        std::fs::read_to_string(self.dir.join("counters.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default()
+    }
+
+    /// Update the counters under their own lock (never the refill lock, so a
+    /// long refill does not hold up a delete).
+    pub fn bump(&self, f: impl FnOnce(&mut Counters)) -> Result<()> {
+        let _l = self.lock_file("counters.lock", FlockArg::LockExclusive)?;
+        let mut c = self.counters();
+        f(&mut c);
+        let text = serde_json::to_string(&c).map_err(|e| state_err(&self.dir, e))?;
+        write_atomic(&self.dir.join("counters.json"), text.as_bytes())
+    }
+
+    pub fn claims_dir(&self) -> PathBuf {
+        self.dir.join("claims")
+    }
+
+    pub fn containers_dir(&self) -> PathBuf {
+        self.dir.join("containers")
+    }
+}
+
+/// Write to a temp file and rename over `path`.
+pub(crate) fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
+    let tmp = tmp_name(path);
+    std::fs::write(&tmp, data)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            state_err(path, e)
+        })
+}
+
+fn tmp_name(path: &Path) -> PathBuf {
+    let n = crate::pool::unique_suffix();
+    let mut s = path.as_os_str().to_owned();
+    s.push(format!(".tmp-{n}"));
+    PathBuf::from(s)
+}
+
+/// Create `path` holding `data` only if it does not exist yet, atomically
+/// (a complete file appears or nothing): write a temp file, then link(2).
+/// `Ok(false)` means it already existed.
+pub(crate) fn create_exclusive(path: &Path, data: &[u8]) -> Result<bool> {
+    if let Some(p) = path.parent() {
+        std::fs::create_dir_all(p).map_err(|e| state_err(p, e))?;
+    }
+    let tmp = tmp_name(path);
+    std::fs::write(&tmp, data).map_err(|e| state_err(&tmp, e))?;
+    let r = std::fs::hard_link(&tmp, path);
+    let _ = std::fs::remove_file(&tmp);
+    match r {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(state_err(path, e)),
+    }
+}
+
+/// Age of a file, zero if unknown.
+pub(crate) fn age(path: &Path) -> std::time::Duration {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| SystemTime::now().duration_since(t).ok())
+        .unwrap_or_default()
+}

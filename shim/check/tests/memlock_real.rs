@@ -1,0 +1,225 @@
+//! The memlock preflight (with this machine's real limit) and the real verbs backend, which
+//! must report "no RDMA devices found" cleanly here.
+
+use std::io;
+use std::sync::Mutex;
+
+use clap::Parser;
+use rund_check::engine::params::{SysInfo, WriteBwParams};
+use rund_check::memlock::{preflight, MemlockError};
+use rund_check::verbs::sim::{SimModel, SimProvider};
+use rund_check::verbs::{MemKind, VerbsError, VerbsProvider};
+use rund_check::{ProcRlimit, RlimitSource, SimClock, WriteBwArgs};
+
+#[test]
+fn seed_case_all_sizes_needs_16_mib_against_this_machines_limit() {
+    let r = WriteBwParams {
+        run_all: true,
+        ..Default::default()
+    }
+    .resolve(SysInfo::detect())
+    .unwrap();
+    // INC(8 MiB, cache line) x 2 for any power-of-two cache line.
+    assert_eq!(r.buffer_bytes, 16 << 20);
+    let (soft, hard) = ProcRlimit.memlock().unwrap();
+    let needed = r.buffer_bytes + ProcRlimit.pinned_bytes();
+    if hard.is_none_or(|h| h >= needed) {
+        eprintln!("skip: RLIMIT_MEMLOCK here ({soft:?}/{hard:?}) allows {needed} bytes");
+        return;
+    }
+    match preflight(r.buffer_bytes, &ProcRlimit) {
+        Ok(()) => eprintln!("skip: this process could raise its hard memlock limit"),
+        Err(e) => {
+            let msg = e.to_string();
+            eprintln!("{msg}");
+            assert!(msg.contains("16777216 bytes (16 MiB)"), "{msg}");
+            let soft = soft.unwrap();
+            assert!(
+                msg.contains(&format!("{soft} bytes")),
+                "names the limit in force: {msg}"
+            );
+            assert!(msg.contains("LimitMEMLOCK=infinity"), "{msg}");
+            assert!(msg.contains("CAP_SYS_RESOURCE"), "{msg}");
+        }
+    }
+    // The default run (128 KiB) fits.
+    let d = WriteBwParams::default().resolve(SysInfo::detect()).unwrap();
+    assert_eq!(d.buffer_bytes, 128 << 10);
+    preflight(d.buffer_bytes, &ProcRlimit).unwrap();
+}
+
+/// A fixed limit; records whether a raise was attempted.
+struct Fixed {
+    soft: Option<u64>,
+    hard: Option<u64>,
+    allow_raise: bool,
+    raised: Mutex<Vec<(Option<u64>, Option<u64>)>>,
+}
+impl RlimitSource for Fixed {
+    fn memlock(&self) -> io::Result<(Option<u64>, Option<u64>)> {
+        Ok((self.soft, self.hard))
+    }
+    fn set_memlock_soft(&self, s: Option<u64>, h: Option<u64>) -> io::Result<()> {
+        self.raised.lock().unwrap().push((s, h));
+        if self.allow_raise {
+            Ok(())
+        } else {
+            Err(io::Error::from_raw_os_error(libc::EPERM))
+        }
+    }
+    fn pinned_bytes(&self) -> u64 {
+        4096
+    }
+}
+
+fn fixed(soft: u64, hard: u64, allow_raise: bool) -> Fixed {
+    Fixed {
+        soft: Some(soft),
+        hard: Some(hard),
+        allow_raise,
+        raised: Mutex::new(vec![]),
+    }
+}
+
+#[test]
+fn soft_limit_is_raised_to_hard_when_that_suffices() {
+    let f = fixed(64 << 10, 8 << 20, true);
+    preflight(128 << 10, &f).unwrap();
+    assert_eq!(
+        *f.raised.lock().unwrap(),
+        vec![(Some(8 << 20), Some(8 << 20))]
+    );
+}
+
+#[test]
+fn shortfall_names_both_numbers_and_counts_pinned_pages() {
+    let f = fixed(8 << 20, 8 << 20, false);
+    let e = preflight(16 << 20, &f).unwrap_err();
+    assert!(
+        matches!(e, MemlockError::Shortfall { needed, pinned: 4096, .. } if needed == 16 << 20)
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("16777216 bytes (16 MiB)") && msg.contains("8388608 bytes (8 MiB)"),
+        "{msg}"
+    );
+    assert!(msg.contains("already pinned"), "{msg}");
+    // Just fits, but the 4 KiB already pinned tips it over.
+    assert!(preflight(8 << 20, &f).is_err());
+    assert!(preflight((8 << 20) - 4096, &f).is_ok());
+}
+
+#[test]
+fn shortfall_stops_before_registration() {
+    let clock = SimClock::new();
+    let prov = SimProvider::new(&["sim0"], clock.clone(), SimModel::default());
+    let r = WriteBwParams {
+        run_all: true,
+        ..Default::default()
+    }
+    .resolve(SysInfo {
+        page_size: 4096,
+        cache_line: 64,
+    })
+    .unwrap();
+    let f = fixed(8 << 20, 8 << 20, false);
+    let res = {
+        let mut dev = prov.open("sim0").unwrap();
+        rund_check::run_write_bw(&mut dev, &clock, &r, &f, MemKind::Host)
+    };
+    assert!(matches!(res, Err(rund_check::CheckError::Memlock(_))));
+    let s = prov.stats();
+    assert!(
+        s.mr_lens.is_empty() && s.qp_caps.is_empty(),
+        "nothing registered or created"
+    );
+    assert_eq!(s.destroyed, vec!["device"], "the device is still closed");
+}
+
+#[test]
+fn real_backend_reports_no_devices() {
+    use rund_check::verbs::real::RealProvider;
+    match RealProvider.device_names() {
+        Err(VerbsError::NoDevices) => {}
+        Ok(d) => {
+            eprintln!("skip: this machine has RDMA devices: {d:?}");
+            return;
+        }
+        Err(e) => panic!("unexpected error: {e}"),
+    }
+    let e = RealProvider
+        .open("mlx5_0")
+        .err()
+        .expect("no device to open");
+    assert_eq!(e.to_string(), "no RDMA devices found");
+}
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: WriteBwArgs,
+}
+
+fn cli(argv: &[&str], prov: &impl VerbsProvider, clock: &SimClock) -> (i32, String, String) {
+    let args = Cli::try_parse_from(std::iter::once("write-bw").chain(argv.iter().copied()))
+        .unwrap()
+        .args;
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let f = fixed(u64::MAX / 2, u64::MAX / 2, true);
+    let code = rund_check::cli::run_cli(&args, prov, clock, &f, &mut out, &mut err);
+    (
+        code,
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(err).unwrap(),
+    )
+}
+
+#[test]
+fn cli_with_the_real_backend_says_no_devices_and_fails() {
+    use rund_check::verbs::real::RealProvider;
+    if RealProvider.device_names().is_ok() {
+        eprintln!("skip: this machine has RDMA devices");
+        return;
+    }
+    for argv in [&[][..], &["--device", "mlx5_0"], &["-a", "--json"]] {
+        let (code, out, err) = cli(argv, &RealProvider, &SimClock::new());
+        assert_ne!(code, 0, "{argv:?}");
+        assert!(
+            err.contains("no RDMA devices found") || out.contains("no RDMA devices found"),
+            "{argv:?}: {out} {err}"
+        );
+    }
+    // The entry point the lead wires in.
+    let args = Cli::try_parse_from(["write-bw"]).unwrap().args;
+    assert_ne!(rund_check::cli_main(args), 0);
+}
+
+#[test]
+fn cli_table_json_and_limit() {
+    let clock = SimClock::new();
+    let prov = SimProvider::new(&["sim0", "sim1"], clock.clone(), SimModel::default());
+    let cli = |argv: &[&str], prov: &SimProvider| cli(argv, prov, &clock);
+    let (code, out, _) = cli(&["-n", "100"], &prov);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("BW peak[MiB/sec]") && out.contains(" sim0") && out.contains(" sim1"),
+        "{out}"
+    );
+    assert!(out.contains(" 65536      100 "), "{out}");
+    // ~11920 MiB/s on the simulated link: a 20000 MiB/s limit fails.
+    let (code, _, err) = cli(&["-n", "100", "--limit-bw", "20000", "-d", "sim1"], &prov);
+    assert_eq!(code, 1);
+    assert!(err.contains("below bw limit"), "{err}");
+    // With --report-gbits the limit is in Gb/s: the link gives ~99.6 Gb/s.
+    let (code, out, _) = cli(
+        &["-n", "100", "--limit_bw", "90", "--json", "--report-gbits"],
+        &prov,
+    );
+    assert_eq!(code, 0, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 2);
+    assert_eq!(v[0]["results"][0]["unit"], "Gb/s");
+    let (code, _, err) = cli(&["-d", "nope"], &prov);
+    assert_eq!(code, 1);
+    assert!(err.contains("nope not found"), "{err}");
+}

@@ -1,0 +1,123 @@
+//! The shim's use of rund-cgroup: one cgroup per container, claimed from the
+//! node-wide pool; blocking cgroupfs work runs off the async threads.
+
+pub mod metrics;
+
+use std::sync::Arc;
+
+use oci_spec::runtime::{LinuxDeviceCgroup, LinuxResources, Spec};
+use rund_cgroup::{CgroupManager, Cgroups, OomWatcher, Stats};
+
+#[derive(Debug, thiserror::Error)]
+#[error("cgroup {path}: {source}")]
+pub struct CgroupError {
+    pub path: String,
+    #[source]
+    pub source: rund_cgroup::Error,
+}
+
+impl CgroupError {
+    pub fn is_unimplemented(&self) -> bool {
+        self.source.is_unimplemented()
+    }
+    pub fn is_invalid(&self) -> bool {
+        matches!(self.source, rund_cgroup::Error::InvalidResource { .. })
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    path: &str,
+    f: impl FnOnce() -> rund_cgroup::Result<T> + Send + 'static,
+) -> Result<T, CgroupError> {
+    let path = path.to_string();
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r.map_err(|source| CgroupError { path, source }),
+        Err(e) => Err(CgroupError {
+            source: rund_cgroup::Error::State { path: path.clone().into(), reason: format!("cgroup task: {e}") },
+            path,
+        }),
+    }
+}
+
+/// The cgroupsPath to use: the spec's, else `/rund/<id>`.
+pub fn path_for(spec: &Spec, id: &str) -> String {
+    spec.linux()
+        .as_ref()
+        .and_then(|l| l.cgroups_path().clone())
+        .map(|p| p.display().to_string())
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| format!("/rund/{id}"))
+}
+
+/// Resources with the device rules for the spec's own `linux.devices`
+/// appended (the manager does not read `linux.devices`).
+pub fn resources_for(spec: &Spec) -> LinuxResources {
+    let linux = spec.linux().clone().unwrap_or_default();
+    let mut res = linux.resources().clone().unwrap_or_default();
+    if let Some(devs) = linux.devices() {
+        let mut rules: Vec<LinuxDeviceCgroup> = res.devices().clone().unwrap_or_default();
+        rules.extend(rund_cgroup::resources::allow_rules_for_devices(devs));
+        res.set_devices(Some(rules));
+    }
+    res
+}
+
+#[derive(Clone)]
+pub struct ContainerCgroup {
+    mgr: CgroupManager,
+    path: String,
+}
+
+impl ContainerCgroup {
+    pub async fn create(cgroups: &Arc<Cgroups>, path: &str, res: LinuxResources) -> Result<Self, CgroupError> {
+        let cg = cgroups.clone();
+        let p = path.to_string();
+        let mgr = blocking(path, move || cg.create(&p, Some(&res))).await?;
+        Ok(ContainerCgroup { mgr, path: path.to_string() })
+    }
+
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    pub async fn add_pid(&self, pid: i32) -> Result<(), CgroupError> {
+        let m = self.mgr.clone();
+        blocking(&self.path, move || m.add_pid(pid)).await
+    }
+
+    pub async fn pids(&self) -> Result<Vec<i32>, CgroupError> {
+        let m = self.mgr.clone();
+        blocking(&self.path, move || m.pids()).await
+    }
+
+    pub async fn freeze(&self) -> Result<(), CgroupError> {
+        let m = self.mgr.clone();
+        blocking(&self.path, move || m.freeze()).await
+    }
+
+    pub async fn thaw(&self) -> Result<(), CgroupError> {
+        let m = self.mgr.clone();
+        blocking(&self.path, move || m.thaw()).await
+    }
+
+    pub async fn stats(&self) -> Result<Stats, CgroupError> {
+        let m = self.mgr.clone();
+        blocking(&self.path, move || m.stats()).await
+    }
+
+    pub async fn update(&self, res: LinuxResources) -> Result<(), CgroupError> {
+        let m = self.mgr.clone();
+        blocking(&self.path, move || m.update(&res)).await
+    }
+
+    pub fn oom_watcher(&self) -> Result<OomWatcher, CgroupError> {
+        self.mgr.oom_watcher().map_err(|source| CgroupError { path: self.path.clone(), source })
+    }
+
+    /// Waits for the cgroup to empty, then recycles it into the pool (or
+    /// removes it).
+    pub async fn destroy(&self) -> Result<(), CgroupError> {
+        let m = self.mgr.clone();
+        blocking(&self.path, move || m.destroy().map(|_| ())).await
+    }
+}

@@ -1,0 +1,153 @@
+//! `/etc/rund/config.toml` (or `$RUND_CONFIG`, or the runtime options'
+//! `ConfigPath`). A missing file means defaults; a malformed one is an error.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+pub const DEFAULT_PATH: &str = "/etc/rund/config.toml";
+pub const ENV_PATH: &str = "RUND_CONFIG";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading rund config {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("rund config {path} is malformed: {reason}")]
+    Malformed { path: String, reason: String },
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RundConfig {
+    /// Grace period for sandbox teardown when no annotation says otherwise.
+    pub grace_period_seconds: u32,
+    /// Path of rund-agent; default: next to the shim binary, then $PATH.
+    pub agent_path: Option<PathBuf>,
+    /// Where rund keeps node-wide state (leases, pools, check cache).
+    pub state_dir: PathBuf,
+    /// `[cgroup]`: the node-wide cgroup pool.
+    pub cgroup: rund_cgroup::CgroupConfig,
+    /// `[devices]`: GPU/RDMA discovery roots, NVML library, CDI dirs.
+    pub devices: rund_devices::DeviceConfig,
+    /// `[checks]`: where write_bw results are cached.
+    pub checks: rund_check::GateConfig,
+    /// `[verify]`: the write_bw gate policy for RDMA devices.
+    pub verify: rund_check::GatePolicy,
+    /// `[memlock]`: what RDMA pods get and what happens when it cannot be set.
+    pub memlock: MemlockConfig,
+    /// `[userns]`: per-pod id ranges.
+    pub userns: UsernsConfig,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemlockConfig {
+    /// RLIMIT_MEMLOCK for containers with RDMA devices and no explicit limit:
+    /// "unlimited" or a byte count.
+    pub rdma_default: String,
+    /// "error" (default) or "clamp-with-warning".
+    pub on_failure: String,
+}
+
+impl Default for MemlockConfig {
+    fn default() -> Self {
+        MemlockConfig { rdma_default: "unlimited".into(), on_failure: "error".into() }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct UsernsConfig {
+    /// Remap every sandbox into its own id range unless it opts out.
+    pub enabled: bool,
+    /// First host id of the pool.
+    pub base: u32,
+    /// Ids per sandbox.
+    pub size: u32,
+    /// Number of ranges in the pool.
+    pub count: u32,
+}
+
+impl Default for UsernsConfig {
+    fn default() -> Self {
+        UsernsConfig { enabled: true, base: 1_000_000, size: 65_536, count: 1024 }
+    }
+}
+
+impl Default for RundConfig {
+    fn default() -> Self {
+        RundConfig {
+            grace_period_seconds: 30,
+            agent_path: None,
+            state_dir: PathBuf::from("/run/rund"),
+            cgroup: Default::default(),
+            devices: Default::default(),
+            checks: Default::default(),
+            verify: Default::default(),
+            memlock: Default::default(),
+            userns: Default::default(),
+        }
+    }
+}
+
+impl RundConfig {
+    /// Loads from `explicit`, else `$RUND_CONFIG`, else the default path.
+    pub fn load(explicit: Option<&Path>) -> Result<RundConfig, ConfigError> {
+        let env = std::env::var_os(ENV_PATH).map(PathBuf::from);
+        let path = explicit
+            .map(Path::to_path_buf)
+            .or(env)
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_PATH));
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Self::parse(&text, &path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && explicit.is_none() => Ok(Self::default()),
+            Err(source) => Err(ConfigError::Read { path: path.display().to_string(), source }),
+        }
+    }
+
+    pub fn parse(text: &str, path: &Path) -> Result<RundConfig, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Malformed {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// The agent binary to start.
+    pub fn agent_binary(&self) -> PathBuf {
+        if let Some(p) = &self.agent_path {
+            return p.clone();
+        }
+        if let Ok(exe) = std::env::current_exe() {
+            let sibling = exe.with_file_name("rund-agent");
+            if sibling.exists() {
+                return sibling;
+            }
+        }
+        PathBuf::from("rund-agent")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_overrides() {
+        let c = RundConfig::parse("", Path::new("x")).unwrap();
+        assert_eq!(c, RundConfig::default());
+        let c = RundConfig::parse("grace_period_seconds = 5\n", Path::new("x")).unwrap();
+        assert_eq!(c.grace_period_seconds, 5);
+    }
+
+    #[test]
+    fn malformed_and_unknown_keys_are_errors() {
+        let e = RundConfig::parse("grace_period_seconds = \"x\"", Path::new("/c.toml")).unwrap_err();
+        assert!(e.to_string().contains("/c.toml"), "{e}");
+        assert!(RundConfig::parse("bogus = 1", Path::new("x")).is_err());
+    }
+
+    #[test]
+    fn explicit_missing_file_is_an_error() {
+        assert!(RundConfig::load(Some(Path::new("/nonexistent/rund.toml"))).is_err());
+    }
+}

@@ -1,0 +1,45 @@
+//! The shim binary's entry: containerd runs it as `start`, `delete`, or
+//! (from `start`) as the long-running server.
+
+pub mod delete;
+pub mod logging;
+pub mod serve;
+pub mod start;
+
+use containerd_shim::Flags;
+
+pub fn main() -> i32 {
+    let args: Vec<_> = std::env::args_os().collect();
+    let flags = match containerd_shim::parse(&args[1..]) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("containerd-shim-rund-v2: {e}");
+            return 1;
+        }
+    };
+    if flags.version || args.iter().any(|a| a == "--version" || a == "-v") {
+        println!("containerd-shim-rund-v2 {}", env!("CARGO_PKG_VERSION"));
+        return 0;
+    }
+    // The agent and our children are reparented to us, so we can reap them.
+    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER) only sets a flag on this process.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    let result = match flags.action.as_str() {
+        "start" => start::run(&flags),
+        "delete" => delete::run(&flags),
+        "" => serve::run(flags),
+        other => Err(format!("unknown action {other:?}")),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("containerd-shim-rund-v2: {e}");
+            1
+        }
+    }
+}
+
+/// The shim's ttrpc address for a grouping id (one shim per pod).
+pub fn socket_address(flags: &Flags, grouping: &str) -> String {
+    containerd_shim::socket_address(&flags.address, &flags.namespace, grouping)
+}

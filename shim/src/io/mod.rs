@@ -1,0 +1,155 @@
+//! Container stdio: containerd's FIFOs on the host side.
+//!
+//! stdout/stderr FIFOs are handed to the container directly (no copy loop);
+//! stdin goes through a pipe the shim feeds, so CloseIO can end it; a
+//! terminal gets a pty whose master the shim copies to and from the FIFOs.
+
+pub mod pty;
+pub mod stdin;
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use rund_proto::fdpass::FdKind;
+
+#[derive(Debug, thiserror::Error)]
+pub enum IoError {
+    #[error("opening {what} {path}: {source}")]
+    Open { what: &'static str, path: String, source: std::io::Error },
+    #[error("stdio {0}: only FIFO and file paths are supported, not {1}")]
+    Scheme(&'static str, String),
+    #[error("pty: {0}")]
+    Pty(String),
+}
+
+/// The stdio paths containerd gave us.
+#[derive(Debug, Clone, Default)]
+pub struct StdioPaths {
+    pub stdin: String,
+    pub stdout: String,
+    pub stderr: String,
+    pub terminal: bool,
+}
+
+/// Host-side stdio of one process: the fds to pass and what the shim keeps.
+pub struct Stdio {
+    /// (kind, fd) pairs to send to the agent; dropped once sent.
+    pub pass: Vec<(FdKind, OwnedFd)>,
+    pub stdin: Option<stdin::StdinFeeder>,
+    pub pty: Option<pty::Pty>,
+}
+
+impl Stdio {
+    pub fn fds(&self) -> (Vec<FdKind>, Vec<BorrowedFd<'_>>) {
+        self.pass.iter().map(|(k, f)| (k.clone(), f.as_fd())).unzip()
+    }
+}
+
+/// Opens the process's stdio. Nothing stays open on error.
+pub fn open(paths: &StdioPaths) -> Result<Stdio, IoError> {
+    if paths.terminal {
+        let pty = pty::Pty::open(paths)?;
+        let slave = pty.take_slave()?;
+        return Ok(Stdio { pass: vec![(FdKind::Console, slave)], stdin: None, pty: Some(pty) });
+    }
+    let mut pass = Vec::new();
+    for (kind, what, path) in [
+        (FdKind::Stdout, "stdout", &paths.stdout),
+        (FdKind::Stderr, "stderr", &paths.stderr),
+    ] {
+        if let Some(f) = open_output(what, path)? {
+            pass.push((kind, OwnedFd::from(f)));
+        }
+    }
+    let mut stdin = None;
+    if !paths.stdin.is_empty() {
+        let (feeder, read_end) = stdin::StdinFeeder::new(&paths.stdin)?;
+        pass.push((FdKind::Stdin, read_end));
+        stdin = Some(feeder);
+    }
+    Ok(Stdio { pass, stdin, pty: None })
+}
+
+fn strip_scheme<'a>(what: &'static str, path: &'a str) -> Result<&'a str, IoError> {
+    match path.split_once("://") {
+        None => Ok(path),
+        Some(("file", rest)) => Ok(rest),
+        Some(_) => Err(IoError::Scheme(what, path.to_string())),
+    }
+}
+
+/// Opens an output FIFO (or file) for writing without blocking: containerd
+/// holds the read side open before it calls Create.
+pub fn open_output(what: &'static str, path: &str) -> Result<Option<File>, IoError> {
+    if path.is_empty() {
+        return Ok(None);
+    }
+    let p = strip_scheme(what, path)?;
+    let err = |source| IoError::Open { what, path: p.to_string(), source };
+    let is_fifo = std::fs::metadata(p)
+        .map(|m| std::os::unix::fs::FileTypeExt::is_fifo(&m.file_type()))
+        .unwrap_or(false);
+    let file = if is_fifo {
+        match OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(p) {
+            Ok(f) => f,
+            // No reader yet: O_RDWR never blocks on a FIFO.
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+                OpenOptions::new().read(true).write(true).open(p).map_err(err)?
+            }
+            Err(e) => return Err(err(e)),
+        }
+    } else {
+        OpenOptions::new().append(true).create(true).open(p).map_err(err)?
+    };
+    set_blocking(&file).map_err(err)?;
+    Ok(Some(file))
+}
+
+fn set_blocking(f: &File) -> std::io::Result<()> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let flags = fcntl(f, FcntlArg::F_GETFL).map_err(std::io::Error::from)?;
+    let flags = OFlag::from_bits_truncate(flags) & !OFlag::O_NONBLOCK;
+    fcntl(f, FcntlArg::F_SETFL(flags)).map_err(std::io::Error::from)?;
+    Ok(())
+}
+
+/// True when `path` names an existing FIFO.
+pub fn is_fifo(path: &Path) -> bool {
+    std::fs::metadata(path)
+        .map(|m| std::os::unix::fs::FileTypeExt::is_fifo(&m.file_type()))
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_to_fifo_without_reader_does_not_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("out");
+        nix::unistd::mkfifo(&p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let f = open_output("stdout", p.to_str().unwrap()).unwrap();
+        assert!(f.is_some());
+    }
+
+    #[test]
+    fn unknown_scheme_is_refused() {
+        let e = open_output("stdout", "binary:///usr/bin/logger").unwrap_err();
+        assert!(e.to_string().contains("binary://"), "{e}");
+    }
+
+    #[test]
+    fn empty_path_is_none() {
+        assert!(open_output("stderr", "").unwrap().is_none());
+    }
+}
+
+/// Registers an owned fd with the tokio reactor.
+pub fn async_fd(fd: OwnedFd) -> std::io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+    // SAFETY: an OwnedFd is a valid open fd that stays open, and keeps the
+    // same number, until the AsyncFd (which owns it) is dropped.
+    unsafe { tokio::io::unix::AsyncFd::register(fd) }.map_err(|e| e.into_parts().1)
+}

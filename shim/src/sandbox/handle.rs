@@ -1,0 +1,124 @@
+//! A live sandbox as the shim sees it: the agent, its namespaces, and its
+//! exit (the agent is our child once the launcher exits: we are a subreaper).
+
+use std::collections::HashMap;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::Pid;
+use tokio::sync::watch;
+
+use super::client::Agent;
+use super::spawn::{self, SpawnPlan};
+use super::{nsfd, SandboxError};
+
+pub struct Sandbox {
+    pub id: String,
+    pub agent: Agent,
+    pub grace: Duration,
+    pub userns: bool,
+    ns_ids: HashMap<String, (u64, u64)>,
+    exit: watch::Sender<Option<(u32, i64)>>,
+}
+
+impl Sandbox {
+    pub async fn start(plan: SpawnPlan, grace: Duration) -> Result<Arc<Sandbox>, SandboxError> {
+        let id = plan.config.sandbox_id.clone();
+        let userns = plan.config.userns;
+        let spawned = spawn::spawn(plan).await?;
+        let pid = spawned.pid;
+        let agent = match Agent::connect(spawned).await {
+            Ok(a) => a,
+            Err(e) => {
+                spawn::kill_and_reap(pid);
+                return Err(e);
+            }
+        };
+        let mut ns_ids = HashMap::new();
+        for kind in ["pid", "net", "ipc", "uts", "cgroup", "user"] {
+            if let Some(idv) = nsfd::ns_id(Path::new(&format!("/proc/{pid}/ns/{kind}"))) {
+                ns_ids.insert(kind.to_string(), idv);
+            }
+        }
+        let sandbox = Arc::new(Sandbox { id, agent, grace, userns, ns_ids, exit: watch::channel(None).0 });
+        if let Err(e) = watch_agent(sandbox.clone()) {
+            spawn::kill_and_reap(pid);
+            return Err(e);
+        }
+        Ok(sandbox)
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.agent.pid
+    }
+
+    /// Is `path` the sandbox's own namespace of `kind`?
+    pub fn is_own_ns(&self, kind: &str, path: &Path) -> bool {
+        match (self.ns_ids.get(kind), nsfd::ns_id(path)) {
+            (Some(a), Some(b)) => *a == b,
+            _ => false,
+        }
+    }
+
+    pub fn exited(&self) -> Option<(u32, i64)> {
+        *self.exit.borrow()
+    }
+
+    /// Waits for the agent to exit: (exit status, time in ns).
+    pub async fn wait_exit(&self) -> (u32, i64) {
+        let mut rx = self.exit.subscribe();
+        loop {
+            if let Some(e) = *rx.borrow_and_update() {
+                return e;
+            }
+            if rx.changed().await.is_err() {
+                return (255, crate::task::events::now_ns());
+            }
+        }
+    }
+
+    /// TERM, grace, KILL inside the sandbox; then make sure the agent is gone.
+    pub async fn teardown(&self, grace: Duration) {
+        if self.exited().is_some() {
+            return;
+        }
+        if let Err(e) = self.agent.destroy(grace).await {
+            tracing::warn!(sandbox = %self.id, "DestroySandbox: {e}; killing the agent");
+        }
+        let waited = tokio::time::timeout(Duration::from_secs(5), self.wait_exit()).await;
+        if waited.is_err() {
+            let _ = nix::sys::signal::kill(Pid::from_raw(self.pid()), nix::sys::signal::Signal::SIGKILL);
+            let _ = tokio::time::timeout(Duration::from_secs(5), self.wait_exit()).await;
+        }
+    }
+}
+
+fn pidfd_open(pid: i32) -> Result<OwnedFd, SandboxError> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(SandboxError::Spawn(format!("pidfd_open({pid}): {}", std::io::Error::last_os_error())));
+    }
+    // SAFETY: a fresh fd from the kernel, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Reaps the agent when it exits and records its status.
+fn watch_agent(sandbox: Arc<Sandbox>) -> Result<(), SandboxError> {
+    let pid = sandbox.pid();
+    let fd = crate::io::async_fd(pidfd_open(pid)?).map_err(|e| SandboxError::Spawn(format!("pidfd: {e}")))?;
+    tokio::spawn(async move {
+        let _ = fd.readable().await;
+        let status = match waitpid(Pid::from_raw(pid), None) {
+            Ok(WaitStatus::Exited(_, code)) => code as u32,
+            Ok(WaitStatus::Signaled(_, sig, _)) => 128 + sig as u32,
+            _ => 255,
+        };
+        tracing::info!(sandbox = %sandbox.id, pid, status, "sandbox agent exited");
+        sandbox.exit.send_replace(Some((status, crate::task::events::now_ns())));
+    });
+    Ok(())
+}

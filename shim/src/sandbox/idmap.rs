@@ -1,0 +1,93 @@
+//! uid/gid maps, written by the shim from outside the new user namespace.
+
+use serde::{Deserialize, Serialize};
+
+use super::SandboxError;
+
+/// One line of uid_map/gid_map: `container_id host_id size`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdMapping {
+    pub container_id: u32,
+    pub host_id: u32,
+    pub size: u32,
+}
+
+/// Renders a map in the kernel's format.
+pub fn render(map: &[IdMapping]) -> String {
+    map.iter()
+        .map(|m| format!("{} {} {}\n", m.container_id, m.host_id, m.size))
+        .collect()
+}
+
+/// Rejects empty, zero-sized, wrapping or overlapping mappings with a message
+/// that names the offending entries.
+pub fn validate(kind: &str, map: &[IdMapping]) -> Result<(), SandboxError> {
+    if map.is_empty() {
+        return Err(SandboxError::BadMapping(format!("{kind}: no mappings")));
+    }
+    if map.len() > 340 {
+        return Err(SandboxError::BadMapping(format!(
+            "{kind}: {} mappings, the kernel allows 340",
+            map.len()
+        )));
+    }
+    for (i, m) in map.iter().enumerate() {
+        if m.size == 0 {
+            return Err(SandboxError::BadMapping(format!("{kind}[{i}]: size 0")));
+        }
+        if m.container_id.checked_add(m.size - 1).is_none() || m.host_id.checked_add(m.size - 1).is_none() {
+            return Err(SandboxError::BadMapping(format!("{kind}[{i}]: range wraps past 2^32")));
+        }
+        for (j, o) in map.iter().enumerate().take(i) {
+            let overlap = |a: u32, b: u32| a < b.saturating_add(o.size) && b < a.saturating_add(m.size);
+            if overlap(m.container_id, o.container_id) {
+                return Err(SandboxError::BadMapping(format!(
+                    "{kind}[{i}] and {kind}[{j}] overlap inside the container"
+                )));
+            }
+            if overlap(m.host_id, o.host_id) {
+                return Err(SandboxError::BadMapping(format!(
+                    "{kind}[{i}] and {kind}[{j}] overlap on the host"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes gid_map then uid_map of `pid` (which just unshared its user ns).
+pub fn write_maps(pid: i32, uid: &[IdMapping], gid: &[IdMapping]) -> Result<(), SandboxError> {
+    for (file, map) in [("gid_map", gid), ("uid_map", uid)] {
+        let path = format!("/proc/{pid}/{file}");
+        std::fs::write(&path, render(map))
+            .map_err(|e| SandboxError::BadMapping(format!("write {path}: {e}")))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(c: u32, h: u32, s: u32) -> IdMapping {
+        IdMapping { container_id: c, host_id: h, size: s }
+    }
+
+    #[test]
+    fn renders_kernel_format() {
+        assert_eq!(render(&[m(0, 100000, 65536)]), "0 100000 65536\n");
+    }
+
+    #[test]
+    fn validation_catches_bad_maps() {
+        assert!(validate("uid", &[m(0, 100000, 65536)]).is_ok());
+        assert!(validate("uid", &[]).is_err());
+        assert!(validate("uid", &[m(0, 1, 0)]).is_err());
+        assert!(validate("uid", &[m(0, u32::MAX, 2)]).is_err());
+        let e = validate("uid", &[m(0, 1000, 10), m(5, 5000, 10)]).unwrap_err();
+        assert!(e.to_string().contains("inside the container"), "{e}");
+        let e = validate("gid", &[m(0, 1000, 10), m(100, 1005, 10)]).unwrap_err();
+        assert!(e.to_string().contains("on the host"), "{e}");
+        assert!(validate("uid", &[m(0, 1000, 10), m(10, 1010, 10)]).is_ok());
+    }
+}

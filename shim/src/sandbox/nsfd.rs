@@ -1,0 +1,61 @@
+//! Opening and checking namespace files before they are passed to the agent.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use super::SandboxError;
+
+const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
+
+pub fn clone_flag(kind: &str) -> Option<i32> {
+    Some(match kind {
+        "net" => libc::CLONE_NEWNET,
+        "ipc" => libc::CLONE_NEWIPC,
+        "uts" => libc::CLONE_NEWUTS,
+        "pid" => libc::CLONE_NEWPID,
+        "cgroup" => libc::CLONE_NEWCGROUP,
+        "user" => libc::CLONE_NEWUSER,
+        "mnt" => libc::CLONE_NEWNS,
+        _ => return None,
+    })
+}
+
+/// Opens `path` and checks it is a namespace of `kind`.
+pub fn open_ns(kind: &str, path: &Path) -> Result<OwnedFd, SandboxError> {
+    let bad = |reason: String| {
+        SandboxError::Namespace(format!("namespace path {} for {kind}: {reason}", path.display()))
+    };
+    let file = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
+    // SAFETY: NS_GET_NSTYPE takes no argument and returns the CLONE_NEW* type or -1.
+    let t = unsafe { libc::ioctl(file.as_raw_fd(), NS_GET_NSTYPE) };
+    if t < 0 {
+        return Err(bad("not a namespace file".into()));
+    }
+    if Some(t) != clone_flag(kind) {
+        return Err(bad(format!("is a different kind of namespace (type {t:#x})")));
+    }
+    Ok(file.into())
+}
+
+/// (dev, ino) that identify a namespace.
+pub fn ns_id(path: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_own_namespaces_and_rejects_others() {
+        assert!(open_ns("net", Path::new("/proc/self/ns/net")).is_ok());
+        let e = open_ns("ipc", Path::new("/proc/self/ns/net")).unwrap_err();
+        assert!(e.to_string().contains("different kind"), "{e}");
+        let e = open_ns("net", Path::new("/etc/hostname")).unwrap_err();
+        assert!(e.to_string().contains("/etc/hostname"), "{e}");
+        let e = open_ns("net", Path::new("/nonexistent/ns")).unwrap_err();
+        assert!(e.to_string().contains("No such file"), "{e}");
+        assert_eq!(ns_id(Path::new("/proc/self/ns/net")), ns_id(Path::new("/proc/thread-self/ns/net")));
+    }
+}

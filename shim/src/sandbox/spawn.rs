@@ -1,0 +1,199 @@
+//! Starting `rund-agent launch` and driving the launch handshake
+//! (see `rund_proto::launch` for the protocol).
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+use rund_proto::fdpass::{self, FdHeader, FdKind};
+use rund_proto::launch::{self, LaunchConfig, SyncMsg};
+
+use super::idmap::IdMapping;
+use super::SandboxError;
+
+/// Everything the shim decided about a new sandbox.
+pub struct SpawnPlan {
+    pub config: LaunchConfig,
+    /// nsfs fds to join, by type ("net", "ipc", "uts").
+    pub join: Vec<(String, OwnedFd)>,
+    /// uid/gid maps written from outside when `config.userns` is set.
+    pub uid_map: Vec<IdMapping>,
+    pub gid_map: Vec<IdMapping>,
+    pub agent_bin: PathBuf,
+    /// Where the agent's stderr goes (the shim's log), if anywhere.
+    pub log: Option<OwnedFd>,
+}
+
+/// A running agent: its host pid and the shim's ends of its channels.
+pub struct Spawned {
+    pub pid: i32,
+    /// `unix://@...` address of the agent's ttrpc listener.
+    pub address: String,
+    pub fdpass: OwnedFd,
+}
+
+static SOCKET_SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// Starts the agent and waits until it serves ttrpc. On error nothing is
+/// left running: the launcher and any forked agent are killed and reaped.
+pub async fn spawn(plan: SpawnPlan) -> Result<Spawned, SandboxError> {
+    tokio::task::spawn_blocking(move || spawn_blocking(plan))
+        .await
+        .map_err(|e| SandboxError::Spawn(format!("spawn task: {e}")))?
+}
+
+fn spawn_blocking(plan: SpawnPlan) -> Result<Spawned, SandboxError> {
+    let name = format!(
+        "rund-agent-{}-{}",
+        std::process::id(),
+        SOCKET_SEQ.fetch_add(1, Ordering::Relaxed)
+    );
+    let addr = SocketAddr::from_abstract_name(name.as_bytes())
+        .map_err(|e| SandboxError::Spawn(format!("agent socket name: {e}")))?;
+    let listener = UnixListener::bind_addr(&addr)
+        .map_err(|e| SandboxError::Spawn(format!("bind agent socket: {e}")))?;
+    let (fd_shim, fd_agent) = seqpacket()?;
+    let (sync_shim, sync_agent) = seqpacket()?;
+
+    let mut cmd = Command::new(&plan.agent_bin);
+    cmd.arg("launch").stdin(Stdio::null()).stdout(Stdio::null());
+    match &plan.log {
+        Some(log) => {
+            let dup = log
+                .try_clone()
+                .map_err(|e| SandboxError::Spawn(format!("dup log fd: {e}")))?;
+            cmd.stderr(Stdio::from(dup));
+        }
+        None => {
+            cmd.stderr(Stdio::null());
+        }
+    }
+    let inherit: [RawFd; 3] = [
+        listener.as_raw_fd(),
+        fd_agent.as_raw_fd(),
+        sync_agent.as_raw_fd(),
+    ];
+    // SAFETY: the closure only calls dup2/dup/fcntl (async-signal-safe) on fds
+    // that stay open in the parent until spawn() returns.
+    unsafe {
+        cmd.pre_exec(move || remap_fds(&inherit));
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| SandboxError::Spawn(format!("exec {}: {e}", plan.agent_bin.display())))?;
+    drop(fd_agent);
+    drop(sync_agent);
+    drop(listener);
+    let launcher_pid = child.id() as i32;
+
+    let result = handshake(&plan, &sync_shim, launcher_pid);
+    // The launcher exits right after the handshake; reap it either way.
+    if result.is_err() {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+    let agent_pid = match result {
+        Ok(pid) => pid,
+        Err(e) => return Err(e),
+    };
+    match launch::recv_json::<SyncMsg>(sync_shim.as_fd()) {
+        Ok(SyncMsg::Ready) => {}
+        Ok(SyncMsg::Error { message }) => {
+            kill_and_reap(agent_pid);
+            return Err(SandboxError::Agent(message));
+        }
+        Ok(other) => {
+            kill_and_reap(agent_pid);
+            return Err(SandboxError::Spawn(format!(
+                "unexpected launch message {other:?}"
+            )));
+        }
+        Err(e) => {
+            kill_and_reap(agent_pid);
+            return Err(SandboxError::Spawn(format!("agent did not start: {e}")));
+        }
+    }
+    Ok(Spawned {
+        pid: agent_pid,
+        address: format!("unix://@{name}"),
+        fdpass: fd_shim,
+    })
+}
+
+fn handshake(plan: &SpawnPlan, sync: &OwnedFd, launcher_pid: i32) -> Result<i32, SandboxError> {
+    let kinds: Vec<FdKind> = plan
+        .join
+        .iter()
+        .map(|(t, _)| FdKind::Namespace(t.clone()))
+        .collect();
+    let fds: Vec<_> = plan.join.iter().map(|(_, fd)| fd.as_fd()).collect();
+    let header = FdHeader {
+        container_id: plan.config.sandbox_id.clone(),
+        exec_id: "launch".into(),
+        fds: kinds,
+    };
+    fdpass::send(sync.as_fd(), &header, &fds).map_err(|e| SandboxError::Spawn(e.to_string()))?;
+    launch::send_json(sync.as_fd(), &plan.config).map_err(|e| SandboxError::Spawn(e.to_string()))?;
+    loop {
+        let msg: SyncMsg = launch::recv_json(sync.as_fd())
+            .map_err(|e| SandboxError::Spawn(format!("launcher {launcher_pid}: {e}")))?;
+        match msg {
+            SyncMsg::UsernsReady { pid } => {
+                super::idmap::write_maps(pid, &plan.uid_map, &plan.gid_map)?;
+                launch::send_json(sync.as_fd(), &SyncMsg::MapsWritten)
+                    .map_err(|e| SandboxError::Spawn(e.to_string()))?;
+            }
+            SyncMsg::AgentPid { pid } => return Ok(pid),
+            SyncMsg::Error { message } => return Err(SandboxError::Agent(message)),
+            other => {
+                return Err(SandboxError::Spawn(format!(
+                    "unexpected launch message {other:?}"
+                )))
+            }
+        }
+    }
+}
+
+fn seqpacket() -> Result<(OwnedFd, OwnedFd), SandboxError> {
+    socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| SandboxError::Spawn(format!("socketpair: {e}")))
+}
+
+/// Moves the three inherited fds to 3, 4 and 5 without CLOEXEC. Runs in the
+/// forked child: only async-signal-safe calls.
+fn remap_fds(fds: &[RawFd; 3]) -> std::io::Result<()> {
+    // First lift every source above 5 so a dup2 cannot clobber a later source.
+    let mut high = [0 as RawFd; 3];
+    for (i, fd) in fds.iter().enumerate() {
+        // SAFETY: fcntl(F_DUPFD_CLOEXEC) on an fd we own; returns a new fd or -1.
+        let n = unsafe { libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 10) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        high[i] = n;
+    }
+    for (i, fd) in high.iter().enumerate() {
+        // SAFETY: dup2 onto fds 3..=5; dup2 clears CLOEXEC on the target.
+        if unsafe { libc::dup2(*fd, launch::LISTEN_FD + i as i32) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Kills a process we started and reaps it if it is our child.
+pub fn kill_and_reap(pid: i32) {
+    let pid = nix::unistd::Pid::from_raw(pid);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+    let _ = nix::sys::wait::waitpid(pid, None);
+}

@@ -1,0 +1,268 @@
+//! Create: everything host-side for a new container, then the agent's part.
+//! On any error, what was set up is undone in reverse order.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use containerd_shim_protos::api::{CreateTaskRequest, CreateTaskResponse};
+use oci_spec::runtime::Spec;
+use rund_proto::fdpass::{FdHeader, FdKind};
+use rund_proto::launch::LaunchConfig;
+use rund_proto::options::ContainerOptions;
+
+use super::namespaces;
+use super::state::{Container, Process, StdioInfo};
+use super::Service;
+use crate::cgroups::{self, ContainerCgroup};
+use crate::error::{Result, ShimError};
+use crate::io::{self, StdioPaths};
+use crate::rootfs;
+use crate::sandbox::spawn::SpawnPlan;
+use crate::sandbox::{nsfd, pidmap, Sandbox};
+use crate::spec::{self, Role};
+
+/// What to undo if Create fails part-way.
+#[derive(Default)]
+struct Undo {
+    unmount: Option<PathBuf>,
+    sandbox: Option<Arc<Sandbox>>,
+    cgroup: Option<ContainerCgroup>,
+}
+
+impl Undo {
+    async fn run(self) {
+        if let Some(sb) = self.sandbox {
+            sb.teardown(Duration::ZERO).await;
+        }
+        if let Some(cg) = self.cgroup {
+            if let Err(e) = cg.destroy().await {
+                tracing::warn!("undo create: {e}");
+            }
+        }
+        if let Some(bundle) = self.unmount {
+            if let Err(e) = rootfs::cleanup(&bundle) {
+                tracing::warn!("undo create: {e}");
+            }
+        }
+    }
+}
+
+pub async fn create(svc: &Arc<Service>, req: CreateTaskRequest) -> Result<CreateTaskResponse> {
+    if req.id.is_empty() {
+        return Err(ShimError::InvalidArgument("container id is empty".into()));
+    }
+    if svc.containers.lock().await.contains_key(&req.id) {
+        return Err(ShimError::AlreadyExists(format!("container {} already exists", req.id)));
+    }
+    if !req.checkpoint.is_empty() {
+        return Err(ShimError::Unimplemented("rund does not support restoring from a checkpoint".into()));
+    }
+    let bundle = PathBuf::from(&req.bundle);
+    let spec = spec::load(&bundle)?;
+    spec::check_supported(&spec)?;
+    let mut undo = Undo::default();
+    match create_inner(svc, &req, &bundle, spec, &mut undo).await {
+        Ok(resp) => Ok(resp),
+        Err(e) => {
+            undo.run().await;
+            Err(e)
+        }
+    }
+}
+
+async fn create_inner(
+    svc: &Arc<Service>,
+    req: &CreateTaskRequest,
+    bundle: &Path,
+    spec: Spec,
+    undo: &mut Undo,
+) -> Result<CreateTaskResponse> {
+    let role = spec::role(&spec);
+    let use_init = spec::use_init(&spec)?;
+    let grace = spec::grace_seconds(&spec)?.unwrap_or(svc.config.grace_period_seconds);
+    let process = spec.process().clone().expect("checked by check_supported");
+    let rlimits = process.rlimits().clone().unwrap_or_default();
+    crate::rlimit::validate(&rlimits)?;
+    let stdio_info = StdioInfo {
+        stdin: req.stdin.clone(),
+        stdout: req.stdout.clone(),
+        stderr: req.stderr.clone(),
+        terminal: req.terminal,
+    };
+
+    let (root, mounted) = match role {
+        Role::PodSandbox => (PathBuf::new(), false),
+        _ => {
+            let root_path = spec.root().as_ref().map(|r| r.path().clone()).unwrap_or_default();
+            rootfs::prepare(bundle, &req.rootfs, &root_path)?
+        }
+    };
+    if mounted {
+        undo.unmount = Some(bundle.to_path_buf());
+    }
+
+    let sandbox = match &role {
+        Role::Standalone | Role::PodSandbox => {
+            let sb = start_sandbox(svc, &req.id, &spec, grace).await?;
+            crate::entry::serve::record_agent(bundle, sb.pid());
+            undo.sandbox = Some(sb.clone());
+            *svc.sandbox.lock().await = Some(sb.clone());
+            sb
+        }
+        Role::PodContainer { sandbox_id } => svc.sandbox.lock().await.clone().ok_or_else(|| {
+            ShimError::FailedPrecondition(format!("pod sandbox {sandbox_id} is not running in this shim"))
+        })?,
+    };
+    if let Some((status, _)) = sandbox.exited() {
+        return Err(ShimError::FailedPrecondition(format!(
+            "pod sandbox {} has exited (status {status})",
+            sandbox.id
+        )));
+    }
+
+    let cg = ContainerCgroup::create(
+        svc.cgroups()?,
+        &cgroups::path_for(&spec, &req.id),
+        cgroups::resources_for(&spec),
+    )
+    .await?;
+    undo.cgroup = Some(cg.clone());
+
+    if role == Role::PodSandbox {
+        cg.add_pid(sandbox.pid()).await?;
+        let init = Arc::new(Process::new("", sandbox.pid(), 1, stdio_info.clone(), None, None));
+        return finish(svc, req, bundle, spec, true, false, Some(cg), init).await;
+    }
+
+    let (plan, ns_fds) = namespaces::plan(&spec, &role, &sandbox)?;
+    let options = ContainerOptions { namespaces: plan, use_init, userns: sandbox.userns };
+    let stdio = io::open(&StdioPaths {
+        stdin: req.stdin.clone(),
+        stdout: req.stdout.clone(),
+        stderr: req.stderr.clone(),
+        terminal: req.terminal,
+    })?;
+    let mut owned: Vec<(FdKind, OwnedFd)> = Vec::new();
+    owned.push((FdKind::Rootfs, rootfs::open_tree_clone(&root, true)?));
+    for (i, m) in spec.mounts().iter().flatten().enumerate() {
+        let opts = m.options().clone().unwrap_or_default();
+        let is_bind = m.typ().as_deref() == Some("bind") || opts.iter().any(|o| o == "bind" || o == "rbind");
+        if !is_bind {
+            continue;
+        }
+        let src = m.source().clone().unwrap_or_default();
+        let dest = m.destination().display().to_string();
+        if !src.exists() {
+            return Err(rootfs::RootfsError::BindSource {
+                path: src.display().to_string(),
+                dest,
+                reason: "does not exist".into(),
+            }
+            .into());
+        }
+        let recursive = opts.iter().any(|o| o == "rbind");
+        owned.push((FdKind::Mount(i), rootfs::open_tree_clone(&src, recursive)?));
+    }
+    for (kind, fd) in ns_fds {
+        owned.push((FdKind::Namespace(kind), fd));
+    }
+    let (mut kinds, mut fds) = stdio.fds();
+    kinds.extend(owned.iter().map(|(k, _)| k.clone()));
+    fds.extend(owned.iter().map(|(_, f)| f.as_fd()));
+    let header = FdHeader { container_id: req.id.clone(), exec_id: String::new(), fds: kinds };
+    let spec_json = serde_json::to_vec(&spec).map_err(|e| ShimError::Internal(format!("spec: {e}")))?;
+    let inner = sandbox.agent.create_process(header, &fds, spec_json, &options, req.terminal).await?;
+    drop(fds);
+    drop(owned);
+    let crate::io::Stdio { pass, stdin, pty } = stdio;
+    drop(pass);
+
+    let host = match pidmap::host_pid(Path::new("/proc"), sandbox.pid(), inner) {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = sandbox.agent.signal(&req.id, "", libc::SIGKILL as u32, false).await;
+            return Err(e.into());
+        }
+    };
+    let placed = match cg.add_pid(host).await {
+        Ok(()) => crate::rlimit::apply(host, &rlimits).map_err(ShimError::from),
+        Err(e) => Err(e.into()),
+    };
+    if let Err(e) = placed {
+        let _ = sandbox.agent.signal(&req.id, "", libc::SIGKILL as u32, false).await;
+        let _ = sandbox.agent.wait(&req.id, "").await;
+        let _ = sandbox.agent.delete_process(&req.id, "").await;
+        return Err(e);
+    }
+    let init = Arc::new(Process::new("", host, inner, stdio_info, stdin, pty));
+    finish(svc, req, bundle, spec, false, mounted, Some(cg), init).await
+}
+
+async fn finish(
+    svc: &Arc<Service>,
+    req: &CreateTaskRequest,
+    bundle: &Path,
+    spec: Spec,
+    is_pod_sandbox: bool,
+    rootfs_mounted: bool,
+    cgroup: Option<ContainerCgroup>,
+    init: Arc<Process>,
+) -> Result<CreateTaskResponse> {
+    let pid = init.pid();
+    let container = Arc::new(Container {
+        id: req.id.clone(),
+        bundle: bundle.to_path_buf(),
+        spec,
+        is_pod_sandbox,
+        rootfs_mounted,
+        cgroup,
+        init,
+        execs: Default::default(),
+        paused: Default::default(),
+    });
+    let stdio = container.init.stdio.clone();
+    svc.containers.lock().await.insert(req.id.clone(), container);
+    svc.events.create(&req.id, &req.bundle, pid, &stdio, "").await;
+    tracing::info!(id = %req.id, pid, "created");
+    Ok(CreateTaskResponse { pid, ..Default::default() })
+}
+
+async fn start_sandbox(svc: &Arc<Service>, id: &str, spec: &Spec, grace: u32) -> Result<Arc<Sandbox>> {
+    if svc.sandbox.lock().await.is_some() {
+        return Err(ShimError::FailedPrecondition(format!(
+            "this shim already runs a sandbox; container {id} is not part of it"
+        )));
+    }
+    let ns = spec::namespaces::sandbox_namespaces(spec)?;
+    let mut join = Vec::new();
+    for (kind, path) in &ns.join {
+        join.push((kind.clone(), nsfd::open_ns(kind, path)?));
+    }
+    let hostname = spec.hostname().clone().filter(|h| !h.is_empty() && ns.new_uts);
+    let config = LaunchConfig {
+        sandbox_id: id.to_string(),
+        userns: ns.userns,
+        new_net: ns.new_net,
+        new_ipc: ns.new_ipc,
+        new_uts: ns.new_uts,
+        new_cgroup: false,
+        hostname,
+        rlimits: vec![],
+        debug: svc.debug,
+    };
+    if ns.userns {
+        return Err(ShimError::Unimplemented("user namespaces are not wired into rund yet".into()));
+    }
+    let log = crate::entry::logging::agent_log_fd();
+    let plan = SpawnPlan {
+        config,
+        join,
+        uid_map: vec![],
+        gid_map: vec![],
+        agent_bin: svc.config.agent_binary(),
+        log,
+    };
+    Ok(Sandbox::start(plan, Duration::from_secs(grace as u64)).await?)
+}

@@ -1,0 +1,225 @@
+//! Start, Kill, Wait, Delete, State, Pids, ResizePty.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use containerd_shim_protos::api::{DeleteResponse, PidsResponse, StartResponse, StateResponse, WaitResponse};
+use containerd_shim_protos::api::Status as ApiStatus;
+use containerd_shim_protos::types::task::ProcessInfo;
+
+use super::events::timestamp_ns;
+use super::state::{Container, ExitInfo, Process, Status};
+use super::Service;
+use crate::error::{Result, ShimError};
+use crate::sandbox::{pidmap, Sandbox};
+
+async fn sandbox(svc: &Service) -> Result<Arc<Sandbox>> {
+    svc.sandbox
+        .lock()
+        .await
+        .clone()
+        .ok_or_else(|| ShimError::FailedPrecondition("the sandbox is gone".into()))
+}
+
+fn process(c: &Container, exec_id: &str) -> Result<Arc<Process>> {
+    c.process(exec_id)
+        .ok_or_else(|| ShimError::NotFound(format!("process {exec_id} of container {} not found", c.id)))
+}
+
+pub async fn start(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<StartResponse> {
+    let c = svc.container(id).await?;
+    let p = process(&c, exec_id)?;
+    if p.started.load(Ordering::SeqCst) {
+        return Err(ShimError::FailedPrecondition(format!("process {id}/{exec_id} already started")));
+    }
+    let sb = sandbox(svc).await?;
+    if !c.is_pod_sandbox {
+        sb.agent.start_process(id, exec_id).await?;
+    }
+    p.started.store(true, Ordering::SeqCst);
+    let pid = p.pid();
+    if exec_id.is_empty() {
+        svc.events.start(id, pid).await;
+    } else {
+        svc.events.exec_started(id, exec_id, pid).await;
+    }
+    // Exit watching starts only now, so TaskExit always follows TaskStart.
+    spawn_exit_watch(svc.clone(), c.clone(), p.clone(), sb);
+    Ok(StartResponse { pid, ..Default::default() })
+}
+
+fn spawn_exit_watch(svc: Arc<Service>, c: Arc<Container>, p: Arc<Process>, sb: Arc<Sandbox>) {
+    tokio::spawn(async move {
+        let exit = if c.is_pod_sandbox {
+            let (status, at_ns) = sb.wait_exit().await;
+            ExitInfo { status, at_ns }
+        } else {
+            match sb.agent.wait(&c.id, &p.exec_id).await {
+                Ok(e) => ExitInfo { status: e.status, at_ns: e.at_ns },
+                Err(e) => {
+                    tracing::warn!(id = %c.id, exec = %p.exec_id, "wait: {e}; reporting 137");
+                    ExitInfo { status: 137, at_ns: super::events::now_ns() }
+                }
+            }
+        };
+        if let Some(pty) = &p.pty {
+            // containerd expects all output before the exit.
+            let _ = tokio::time::timeout(Duration::from_secs(2), pty.wait_output()).await;
+        }
+        p.set_exit(exit);
+        let e = p.exit().unwrap_or(exit);
+        svc.events.exit(&c.id, &p.exec_id, p.pid(), e.status, e.at_ns).await;
+    });
+}
+
+pub async fn kill(svc: &Arc<Service>, id: &str, exec_id: &str, signal: u32, all: bool) -> Result<()> {
+    let c = svc.container(id).await?;
+    let p = process(&c, exec_id)?;
+    if p.exit().is_some() {
+        return Err(ShimError::NotFound(format!("process {id}/{exec_id} already finished")));
+    }
+    let sb = sandbox(svc).await?;
+    if c.is_pod_sandbox {
+        // Killing the pod sandbox ends the pod: grace only for a catchable signal.
+        let grace = if signal == libc::SIGKILL as u32 { Duration::ZERO } else { sb.grace };
+        tokio::spawn(async move { sb.teardown(grace).await });
+        return Ok(());
+    }
+    sb.agent.signal(id, exec_id, signal, all).await?;
+    Ok(())
+}
+
+pub async fn wait(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<WaitResponse> {
+    let c = svc.container(id).await?;
+    let p = process(&c, exec_id)?;
+    let e = p.wait_exit().await;
+    Ok(WaitResponse { exit_status: e.status, exited_at: Some(timestamp_ns(e.at_ns)).into(), ..Default::default() })
+}
+
+pub async fn delete(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<DeleteResponse> {
+    let c = svc.container(id).await?;
+    let p = process(&c, exec_id)?;
+    let sb = sandbox(svc).await.ok();
+    if p.exit().is_none() {
+        if p.started.load(Ordering::SeqCst) {
+            return Err(ShimError::FailedPrecondition(format!("process {id}/{exec_id} is still running")));
+        }
+        // Created but never started: it is blocked in the agent; end it.
+        if let Some(sb) = &sb {
+            if !c.is_pod_sandbox {
+                let _ = sb.agent.signal(id, exec_id, libc::SIGKILL as u32, false).await;
+                if let Ok(e) = sb.agent.wait(id, exec_id).await {
+                    p.set_exit(ExitInfo { status: e.status, at_ns: e.at_ns });
+                }
+            }
+        }
+        p.set_exit(ExitInfo { status: 137, at_ns: super::events::now_ns() });
+    }
+    let e = p.exit().expect("exit set above");
+    if !exec_id.is_empty() {
+        c.execs.lock().expect("execs").remove(exec_id);
+        if let Some(sb) = &sb {
+            let _ = sb.agent.delete_process(id, exec_id).await;
+        }
+        return Ok(DeleteResponse {
+            pid: p.pid(),
+            exit_status: e.status,
+            exited_at: Some(timestamp_ns(e.at_ns)).into(),
+            ..Default::default()
+        });
+    }
+    if c.is_pod_sandbox && svc.containers.lock().await.len() > 1 {
+        return Err(ShimError::FailedPrecondition(format!(
+            "pod sandbox {id} still has containers; remove them first"
+        )));
+    }
+    if let Some(sb) = &sb {
+        if !c.is_pod_sandbox && sb.exited().is_none() {
+            if let Err(err) = sb.agent.delete_process(id, "").await {
+                tracing::warn!(id, "agent DeleteProcess: {err}");
+            }
+        }
+    }
+    if c.rootfs_mounted {
+        crate::rootfs::cleanup(&c.bundle)?;
+    }
+    let last = {
+        let mut all = svc.containers.lock().await;
+        all.remove(id);
+        all.is_empty()
+    };
+    if last {
+        if let Some(sb) = svc.sandbox.lock().await.take() {
+            sb.teardown(sb.grace).await;
+        }
+    }
+    if let Some(cg) = &c.cgroup {
+        if let Err(err) = cg.destroy().await {
+            tracing::warn!(id, "cgroup: {err}");
+        }
+    }
+    svc.events.delete(id, p.pid(), e.status, e.at_ns).await;
+    Ok(DeleteResponse {
+        pid: p.pid(),
+        exit_status: e.status,
+        exited_at: Some(timestamp_ns(e.at_ns)).into(),
+        ..Default::default()
+    })
+}
+
+pub async fn state(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<StateResponse> {
+    let c = svc.container(id).await?;
+    let p = process(&c, exec_id)?;
+    let status = match p.status(c.is_paused()) {
+        Status::Created => ApiStatus::CREATED,
+        Status::Running => ApiStatus::RUNNING,
+        Status::Paused => ApiStatus::PAUSED,
+        Status::Stopped => ApiStatus::STOPPED,
+    };
+    let exit = p.exit();
+    Ok(StateResponse {
+        id: if exec_id.is_empty() { id.to_string() } else { exec_id.to_string() },
+        bundle: c.bundle.display().to_string(),
+        pid: p.pid(),
+        status: status.into(),
+        stdin: p.stdio.stdin.clone(),
+        stdout: p.stdio.stdout.clone(),
+        stderr: p.stdio.stderr.clone(),
+        terminal: p.stdio.terminal,
+        exit_status: exit.map(|e| e.status).unwrap_or(0),
+        exited_at: exit.map(|e| timestamp_ns(e.at_ns)).into(),
+        exec_id: exec_id.to_string(),
+        ..Default::default()
+    })
+}
+
+pub async fn pids(svc: &Arc<Service>, id: &str) -> Result<PidsResponse> {
+    let c = svc.container(id).await?;
+    if c.is_pod_sandbox {
+        let p = c.init.pid();
+        return Ok(PidsResponse { processes: vec![ProcessInfo { pid: p, ..Default::default() }], ..Default::default() });
+    }
+    let sb = sandbox(svc).await?;
+    let listed = sb.agent.list_pids(id).await?;
+    let inner: Vec<u32> = listed.iter().map(|(p, _)| *p).collect();
+    let agent_pid = sb.pid();
+    let map = tokio::task::spawn_blocking(move || pidmap::host_pids_of(Path::new("/proc"), agent_pid, &inner))
+        .await
+        .map_err(|e| ShimError::Internal(e.to_string()))?;
+    let processes = listed
+        .into_iter()
+        .filter_map(|(inner, _exec)| map.get(&inner).map(|host| ProcessInfo { pid: *host as u32, ..Default::default() }))
+        .collect();
+    Ok(PidsResponse { processes, ..Default::default() })
+}
+
+pub async fn resize_pty(svc: &Arc<Service>, id: &str, exec_id: &str, width: u32, height: u32) -> Result<()> {
+    let c = svc.container(id).await?;
+    let p = process(&c, exec_id)?;
+    match &p.pty {
+        Some(pty) => Ok(pty.resize(width, height)?),
+        None => Err(ShimError::FailedPrecondition(format!("process {id}/{exec_id} has no terminal"))),
+    }
+}

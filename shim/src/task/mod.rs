@@ -1,0 +1,184 @@
+//! The containerd Task service (task v2, also served as v3).
+
+mod create;
+pub mod events;
+mod lifecycle;
+mod namespaces;
+pub mod state;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use containerd_shim::ExitSignal;
+use containerd_shim_protos::api::*;
+use containerd_shim_protos::shim_async::Task;
+use containerd_shim_protos::ttrpc::r#async::TtrpcContext;
+use containerd_shim_protos::ttrpc::Result as TtrpcResult;
+use tokio::sync::Mutex;
+
+use crate::config::RundConfig;
+use crate::error::ShimError;
+use crate::sandbox::Sandbox;
+use events::Events;
+use state::Container;
+
+pub struct Service {
+    pub(crate) config: RundConfig,
+    pub(crate) events: Events,
+    pub(crate) containers: Mutex<HashMap<String, Arc<Container>>>,
+    pub(crate) sandbox: Mutex<Option<Arc<Sandbox>>>,
+    pub(crate) exit: Arc<ExitSignal>,
+    pub(crate) debug: bool,
+    /// The node's cgroups (with the pool); the error says why if unusable.
+    pub(crate) cgroups: std::result::Result<Arc<rund_cgroup::Cgroups>, String>,
+}
+
+impl Service {
+    pub fn new(config: RundConfig, events: Events, exit: Arc<ExitSignal>, debug: bool) -> Self {
+        let cgroups = rund_cgroup::Cgroups::new(config.cgroup.clone())
+            .map(Arc::new)
+            .map_err(|e| e.to_string());
+        Service {
+            cgroups,
+            config,
+            events,
+            containers: Mutex::new(HashMap::new()),
+            sandbox: Mutex::new(None),
+            exit,
+            debug,
+        }
+    }
+
+    pub(crate) fn cgroups(&self) -> Result<&Arc<rund_cgroup::Cgroups>, ShimError> {
+        self.cgroups
+            .as_ref()
+            .map_err(|e| ShimError::FailedPrecondition(format!("cgroups are unavailable on this node: {e}")))
+    }
+
+    pub(crate) async fn container(&self, id: &str) -> Result<Arc<Container>, ShimError> {
+        self.containers
+            .lock()
+            .await
+            .get(id)
+            .cloned()
+            .ok_or_else(|| ShimError::NotFound(format!("container {id} not found")))
+    }
+}
+
+fn unimplemented(rpc: &str) -> containerd_shim_protos::ttrpc::Error {
+    ShimError::Unimplemented(format!("rund does not implement {rpc} yet")).into()
+}
+
+/// The ttrpc-facing handle (a newtype, as the trait is foreign).
+pub struct TaskHandler(pub Arc<Service>);
+
+#[async_trait]
+impl Task for TaskHandler {
+    async fn create(&self, _ctx: &TtrpcContext, req: CreateTaskRequest) -> TtrpcResult<CreateTaskResponse> {
+        let id = req.id.clone();
+        let r = create::create(&self.0, req).await;
+        if let Err(e) = &r {
+            tracing::error!(id, "create failed: {e}");
+        }
+        Ok(r?)
+    }
+
+    async fn start(&self, _ctx: &TtrpcContext, req: StartRequest) -> TtrpcResult<StartResponse> {
+        Ok(lifecycle::start(&self.0, &req.id, &req.exec_id).await?)
+    }
+
+    async fn delete(&self, _ctx: &TtrpcContext, req: DeleteRequest) -> TtrpcResult<DeleteResponse> {
+        Ok(lifecycle::delete(&self.0, &req.id, &req.exec_id).await?)
+    }
+
+    async fn kill(&self, _ctx: &TtrpcContext, req: KillRequest) -> TtrpcResult<Empty> {
+        lifecycle::kill(&self.0, &req.id, &req.exec_id, req.signal, req.all).await?;
+        Ok(Empty::new())
+    }
+
+    async fn wait(&self, _ctx: &TtrpcContext, req: WaitRequest) -> TtrpcResult<WaitResponse> {
+        Ok(lifecycle::wait(&self.0, &req.id, &req.exec_id).await?)
+    }
+
+    async fn state(&self, _ctx: &TtrpcContext, req: StateRequest) -> TtrpcResult<StateResponse> {
+        Ok(lifecycle::state(&self.0, &req.id, &req.exec_id).await?)
+    }
+
+    async fn pids(&self, _ctx: &TtrpcContext, req: PidsRequest) -> TtrpcResult<PidsResponse> {
+        Ok(lifecycle::pids(&self.0, &req.id).await?)
+    }
+
+    async fn connect(&self, _ctx: &TtrpcContext, req: ConnectRequest) -> TtrpcResult<ConnectResponse> {
+        let task_pid = match self.0.container(&req.id).await {
+            Ok(c) => c.init.pid(),
+            Err(_) => 0,
+        };
+        Ok(ConnectResponse {
+            shim_pid: std::process::id(),
+            task_pid,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            ..Default::default()
+        })
+    }
+
+    async fn shutdown(&self, _ctx: &TtrpcContext, _req: ShutdownRequest) -> TtrpcResult<Empty> {
+        if self.0.containers.lock().await.is_empty() {
+            if let Some(sb) = self.0.sandbox.lock().await.take() {
+                sb.teardown(sb.grace).await;
+            }
+            self.0.exit.signal();
+        }
+        Ok(Empty::new())
+    }
+
+    async fn exec(&self, _ctx: &TtrpcContext, _req: ExecProcessRequest) -> TtrpcResult<Empty> {
+        Err(unimplemented("Exec"))
+    }
+
+    async fn resize_pty(&self, _ctx: &TtrpcContext, req: ResizePtyRequest) -> TtrpcResult<Empty> {
+        lifecycle::resize_pty(&self.0, &req.id, &req.exec_id, req.width, req.height).await?;
+        Ok(Empty::new())
+    }
+
+    async fn close_io(&self, _ctx: &TtrpcContext, req: CloseIORequest) -> TtrpcResult<Empty> {
+        let c = self.0.container(&req.id).await?;
+        let p = c
+            .process(&req.exec_id)
+            .ok_or_else(|| ShimError::NotFound(format!("process {} not found", req.exec_id)))?;
+        if req.stdin {
+            p.close_stdin();
+        }
+        Ok(Empty::new())
+    }
+
+    async fn pause(&self, _ctx: &TtrpcContext, _req: PauseRequest) -> TtrpcResult<Empty> {
+        Err(unimplemented("Pause"))
+    }
+
+    async fn resume(&self, _ctx: &TtrpcContext, _req: ResumeRequest) -> TtrpcResult<Empty> {
+        Err(unimplemented("Resume"))
+    }
+
+    async fn checkpoint(&self, _ctx: &TtrpcContext, _req: CheckpointTaskRequest) -> TtrpcResult<Empty> {
+        Err(ShimError::Unimplemented("rund does not support Checkpoint: no CRIU integration".into()).into())
+    }
+
+    async fn update(&self, _ctx: &TtrpcContext, _req: UpdateTaskRequest) -> TtrpcResult<Empty> {
+        Err(unimplemented("Update"))
+    }
+
+    async fn stats(&self, _ctx: &TtrpcContext, _req: StatsRequest) -> TtrpcResult<StatsResponse> {
+        Err(unimplemented("Stats"))
+    }
+}
+
+/// Shim SIGTERM: tear the sandbox down (TERM, grace, KILL) and publish exits.
+pub async fn teardown_all(svc: &Arc<Service>) {
+    let sb = svc.sandbox.lock().await.clone();
+    if let Some(sb) = sb {
+        sb.teardown(sb.grace).await;
+    }
+    // Exit watchers publish each exit as the agent reports it.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+}

@@ -1,0 +1,140 @@
+//! What the shim tracks per container and per process.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Mutex;
+
+use oci_spec::runtime::Spec;
+use tokio::sync::watch;
+
+use crate::io::{pty::Pty, stdin::StdinFeeder};
+
+#[derive(Debug, Clone, Default)]
+pub struct StdioInfo {
+    pub stdin: String,
+    pub stdout: String,
+    pub stderr: String,
+    pub terminal: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Created,
+    Running,
+    Paused,
+    Stopped,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct ExitInfo {
+    pub status: u32,
+    pub at_ns: i64,
+}
+
+/// The container's init or one exec.
+pub struct Process {
+    pub exec_id: String,
+    /// Host pid (0 for the pod sandbox container before the agent exists).
+    pub pid: AtomicI32,
+    /// Pid in the agent's namespace.
+    pub inner_pid: u32,
+    pub stdio: StdioInfo,
+    pub started: AtomicBool,
+    exit_tx: watch::Sender<Option<ExitInfo>>,
+    pub stdin: Mutex<Option<StdinFeeder>>,
+    pub pty: Option<Pty>,
+}
+
+impl Process {
+    pub fn new(exec_id: &str, pid: i32, inner_pid: u32, stdio: StdioInfo, stdin: Option<StdinFeeder>, pty: Option<Pty>) -> Self {
+        Process {
+            exec_id: exec_id.into(),
+            pid: AtomicI32::new(pid),
+            inner_pid,
+            stdio,
+            started: AtomicBool::new(false),
+            exit_tx: watch::channel(None).0,
+            stdin: Mutex::new(stdin),
+            pty,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid.load(Ordering::SeqCst).max(0) as u32
+    }
+
+    pub fn exit(&self) -> Option<ExitInfo> {
+        *self.exit_tx.borrow()
+    }
+
+    pub fn set_exit(&self, e: ExitInfo) {
+        self.exit_tx.send_if_modified(|cur| {
+            if cur.is_none() {
+                *cur = Some(e);
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    pub async fn wait_exit(&self) -> ExitInfo {
+        let mut rx = self.exit_tx.subscribe();
+        loop {
+            if let Some(e) = *rx.borrow_and_update() {
+                return e;
+            }
+            if rx.changed().await.is_err() {
+                return ExitInfo { status: 255, at_ns: super::events::now_ns() };
+            }
+        }
+    }
+
+    pub fn status(&self, paused: bool) -> Status {
+        if self.exit().is_some() {
+            Status::Stopped
+        } else if !self.started.load(Ordering::SeqCst) {
+            Status::Created
+        } else if paused {
+            Status::Paused
+        } else {
+            Status::Running
+        }
+    }
+
+    pub fn close_stdin(&self) {
+        if let Some(s) = self.stdin.lock().expect("stdin lock").take() {
+            s.close();
+        }
+        if let Some(p) = &self.pty {
+            p.close_stdin();
+        }
+    }
+}
+
+pub struct Container {
+    pub id: String,
+    pub bundle: PathBuf,
+    pub spec: Spec,
+    /// The agent plays this container (CRI pod sandbox): no process of its own.
+    pub is_pod_sandbox: bool,
+    pub rootfs_mounted: bool,
+    pub cgroup: Option<crate::cgroups::ContainerCgroup>,
+    pub init: std::sync::Arc<Process>,
+    pub execs: Mutex<HashMap<String, std::sync::Arc<Process>>>,
+    pub paused: AtomicBool,
+}
+
+impl Container {
+    pub fn process(&self, exec_id: &str) -> Option<std::sync::Arc<Process>> {
+        if exec_id.is_empty() {
+            return Some(self.init.clone());
+        }
+        self.execs.lock().expect("execs").get(exec_id).cloned()
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
+    }
+}

@@ -1,0 +1,125 @@
+//! The leases file and its lock. Every read-modify-write happens under an
+//! exclusive flock on `leases.lock`; the file is replaced atomically
+//! (write temp, fsync, rename), so readers never see half a file.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
+
+use super::LeaseEntry;
+use crate::userns::pool::overlaps;
+use crate::userns::UsernsError;
+
+pub const FORMAT_VERSION: u32 = 1;
+pub const LEASES_FILE: &str = "leases.json";
+const LOCK_FILE: &str = "leases.lock";
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseFile {
+    pub version: u32,
+    pub leases: Vec<LeaseEntry>,
+}
+
+/// Holds the lock for as long as it lives.
+pub struct Locked {
+    _lock: Flock<File>,
+    pub path: PathBuf,
+}
+
+fn state_err(path: &Path) -> impl FnOnce(std::io::Error) -> UsernsError + '_ {
+    move |source| UsernsError::State { path: path.display().to_string(), source }
+}
+
+/// Creates `dir` (0700) if needed and takes the exclusive lock.
+pub fn lock(dir: &Path) -> Result<Locked, UsernsError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(state_err(dir))?;
+    let lock_path = dir.join(LOCK_FILE);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&lock_path)
+        .map_err(state_err(&lock_path))?;
+    let lock = Flock::lock(file, FlockArg::LockExclusive)
+        .map_err(|(_, e)| state_err(&lock_path)(std::io::Error::from(e)))?;
+    Ok(Locked { _lock: lock, path: dir.join(LEASES_FILE) })
+}
+
+impl Locked {
+    /// The leases; a missing file is an empty set, anything unreadable is
+    /// `Corrupt` (never silently reset: those leases may be live).
+    pub fn load(&self) -> Result<LeaseFile, UsernsError> {
+        let bytes = match std::fs::read(&self.path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(LeaseFile { version: FORMAT_VERSION, leases: vec![] })
+            }
+            Err(e) => return Err(state_err(&self.path)(e)),
+        };
+        let corrupt = |reason: String| UsernsError::Corrupt { path: self.path.display().to_string(), reason };
+        let file: LeaseFile = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+        if file.version != FORMAT_VERSION {
+            return Err(corrupt(format!("format version {} (this rund reads {FORMAT_VERSION})", file.version)));
+        }
+        check_invariants(&file.leases).map_err(corrupt)?;
+        Ok(file)
+    }
+
+    pub fn store(&self, file: &LeaseFile) -> Result<(), UsernsError> {
+        let tmp = self.path.with_extension("json.tmp");
+        let mut bytes = serde_json::to_vec_pretty(file).expect("lease file serialises");
+        bytes.push(b'\n');
+        let write = || -> std::io::Result<()> {
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &self.path)?;
+            if let Some(dir) = self.path.parent() {
+                File::open(dir)?.sync_all()?;
+            }
+            Ok(())
+        };
+        write().map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            state_err(&self.path)(e)
+        })
+    }
+}
+
+/// What allocate relies on: unique ids, sane and pairwise disjoint ranges.
+fn check_invariants(leases: &[LeaseEntry]) -> Result<(), String> {
+    for (i, l) in leases.iter().enumerate() {
+        let r = &l.lease;
+        if l.sandbox_id.is_empty() {
+            return Err(format!("lease {i} has an empty sandbox id"));
+        }
+        if r.size == 0 || r.host_base == 0 || r.host_base as u64 + r.size as u64 > u32::MAX as u64 {
+            return Err(format!("lease {:?} has an invalid range {}+{}", l.sandbox_id, r.host_base, r.size));
+        }
+        for o in &leases[..i] {
+            if o.sandbox_id == l.sandbox_id {
+                return Err(format!("sandbox {:?} has two leases", l.sandbox_id));
+            }
+            if overlaps(r.host_base, r.size, o.lease.host_base, o.lease.size) {
+                return Err(format!("leases {:?} and {:?} overlap", o.sandbox_id, l.sandbox_id));
+            }
+        }
+    }
+    Ok(())
+}

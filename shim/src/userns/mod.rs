@@ -1,0 +1,74 @@
+//! User-namespace support: per-sandbox id ranges leased from a node-wide
+//! pool, the per-pod decision (annotations, spec mappings), and idmapped
+//! mounts so the rootfs is remapped without a chown. See README.md.
+
+pub mod decide;
+pub mod idmount;
+pub mod lease;
+pub mod nsholder;
+pub mod pool;
+
+pub use decide::{decide, BindsMode, UsernsDecision, UsernsMode, ANN_USERNS, ANN_USERNS_BINDS};
+pub use idmount::{attach, idmapped_clone, set_idmap};
+pub use lease::{Lease, LeaseEntry, LeaseStore, Owner, RepairReport};
+pub use nsholder::{userns_of_pid, userns_with_maps};
+pub use pool::Pool;
+
+use crate::sandbox::idmap::IdMapping;
+
+#[derive(Debug, thiserror::Error)]
+pub enum UsernsError {
+    #[error("[userns] config: {0}")]
+    Config(String),
+    #[error(
+        "user namespace id pool exhausted: {in_use} of {count} ranges in use (base {base}, size {size}); \
+         raise [userns] count or free sandboxes"
+    )]
+    Exhausted { in_use: u32, count: u32, base: u32, size: u32 },
+    #[error(
+        "user namespace lease file {path} is corrupt: {reason}; its leases may still be live, so rund \
+         will not overwrite it: repair it with `rund userns repair` (moves it aside and rebuilds the \
+         leases from the live user namespaces)"
+    )]
+    Corrupt { path: String, reason: String },
+    #[error("user namespace lease state {path}: {source}")]
+    State { path: String, source: std::io::Error },
+    #[error("lease owner pid {0} is not running")]
+    OwnerGone(i32),
+    #[error("annotation {key}: {reason}")]
+    Annotation { key: String, reason: String },
+    #[error("spec user namespace mappings: {0}")]
+    Mapping(String),
+    #[error("filesystem of {path} ({fstype}) does not support idmapped mounts")]
+    IdmapUnsupported { path: String, fstype: String },
+    #[error("idmapped mount of {path}: {reason}")]
+    Idmap { path: String, reason: String },
+    #[error("user namespace for an id mapping: {0}")]
+    Namespace(String),
+}
+
+impl UsernsError {
+    /// The caller's input is wrong (annotation, spec mappings): INVALID_ARGUMENT.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(self, UsernsError::Annotation { .. } | UsernsError::Mapping(_))
+    }
+
+    /// Retrying later may succeed (pool full): RESOURCE_EXHAUSTED.
+    pub fn is_exhausted(&self) -> bool {
+        matches!(self, UsernsError::Exhausted { .. })
+    }
+
+    /// The node cannot do it as configured (fs without idmap support,
+    /// corrupt state, bad [userns] config): FAILED_PRECONDITION.
+    pub fn is_precondition(&self) -> bool {
+        matches!(
+            self,
+            UsernsError::IdmapUnsupported { .. } | UsernsError::Corrupt { .. } | UsernsError::Config(_)
+        )
+    }
+}
+
+/// `0 <host_base> <size>`: the single-extent map a lease gives a sandbox.
+pub fn lease_map(lease: &Lease) -> Vec<IdMapping> {
+    vec![IdMapping { container_id: 0, host_id: lease.host_base, size: lease.size }]
+}
