@@ -14,8 +14,15 @@ pub fn debug_enabled() -> bool {
 
 pub fn write(level: &str, msg: std::fmt::Arguments<'_>) {
     use std::io::Write;
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let line = format!("{}.{:06} rund-agent[{}] {level}: {msg}\n", now.as_secs(), now.subsec_micros(), std::process::id());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let line = format!(
+        "{}.{:06} rund-agent[{}] {level}: {msg}\n",
+        now.as_secs(),
+        now.subsec_micros(),
+        std::process::id()
+    );
     // One write per line so concurrent writers (agent, children) do not interleave.
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }

@@ -22,7 +22,8 @@ struct AgentGuard(i32);
 impl Drop for AgentGuard {
     fn drop(&mut self) {
         if self.0 > 0 {
-            let _ = nix::sys::signal::kill(Pid::from_raw(self.0), nix::sys::signal::Signal::SIGKILL);
+            let _ =
+                nix::sys::signal::kill(Pid::from_raw(self.0), nix::sys::signal::Signal::SIGKILL);
             let _ = nix::sys::wait::waitpid(Pid::from_raw(self.0), None);
         }
     }
@@ -75,7 +76,12 @@ struct Sandbox {
 
 impl Sandbox {
     /// Sends the fds, then CreateProcess. Returns the read end of stdout.
-    async fn create(&self, id: &str, exec_id: &str, spec_json: Vec<u8>) -> (Result<u32, String>, std::fs::File) {
+    async fn create(
+        &self,
+        id: &str,
+        exec_id: &str,
+        spec_json: Vec<u8>,
+    ) -> (Result<u32, String>, std::fs::File) {
         let (r, w) = nix::unistd::pipe().unwrap();
         let mut kinds = vec![FdKind::Stdout, FdKind::Stderr];
         let mut fds: Vec<OwnedFd> = vec![w.try_clone().unwrap(), w];
@@ -83,23 +89,53 @@ impl Sandbox {
             kinds.push(FdKind::Rootfs);
             fds.push(open_tree(self.root.path()));
         }
-        let hdr = FdHeader { container_id: id.into(), exec_id: exec_id.into(), fds: kinds };
+        let hdr = FdHeader {
+            container_id: id.into(),
+            exec_id: exec_id.into(),
+            fds: kinds,
+        };
         let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
         fdpass::send(self.fdpass.as_fd(), &hdr, &borrowed).unwrap();
         drop(fds);
-        let req = CreateProcessRequest { container_id: id.into(), exec_id: exec_id.into(), spec_json, ..Default::default() };
-        let res = self.client.create_process(ttrpc::context::with_timeout(0), &req).await;
-        (res.map(|r| r.pid).map_err(|e| format!("{e:?}")), std::fs::File::from(r))
+        let req = CreateProcessRequest {
+            container_id: id.into(),
+            exec_id: exec_id.into(),
+            spec_json,
+            ..Default::default()
+        };
+        let res = self
+            .client
+            .create_process(ttrpc::context::with_timeout(0), &req)
+            .await;
+        (
+            res.map(|r| r.pid).map_err(|e| format!("{e:?}")),
+            std::fs::File::from(r),
+        )
     }
 
     async fn start(&self, id: &str, exec_id: &str) {
-        let req = StartProcessRequest { container_id: id.into(), exec_id: exec_id.into(), ..Default::default() };
-        self.client.start_process(ttrpc::context::with_timeout(0), &req).await.unwrap();
+        let req = StartProcessRequest {
+            container_id: id.into(),
+            exec_id: exec_id.into(),
+            ..Default::default()
+        };
+        self.client
+            .start_process(ttrpc::context::with_timeout(0), &req)
+            .await
+            .unwrap();
     }
 
     async fn wait(&self, id: &str, exec_id: &str) -> u32 {
-        let req = WaitProcessRequest { container_id: id.into(), exec_id: exec_id.into(), ..Default::default() };
-        self.client.wait_process(ttrpc::context::with_timeout(0), &req).await.unwrap().exit_status
+        let req = WaitProcessRequest {
+            container_id: id.into(),
+            exec_id: exec_id.into(),
+            ..Default::default()
+        };
+        self.client
+            .wait_process(ttrpc::context::with_timeout(0), &req)
+            .await
+            .unwrap()
+            .exit_status
     }
 }
 
@@ -127,9 +163,25 @@ async fn launch_and_run_containers() {
     busybox_rootfs(root.path());
     let sock_path = dir.path().join("agent.sock");
     let listener = UnixListener::bind(&sock_path).unwrap();
-    let (fd_shim, fd_agent) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap();
-    let (sync_shim, sync_agent) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap();
-    let raw = [listener.as_raw_fd(), fd_agent.as_raw_fd(), sync_agent.as_raw_fd()];
+    let (fd_shim, fd_agent) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .unwrap();
+    let (sync_shim, sync_agent) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .unwrap();
+    let raw = [
+        listener.as_raw_fd(),
+        fd_agent.as_raw_fd(),
+        sync_agent.as_raw_fd(),
+    ];
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rund-agent"));
     cmd.arg("launch");
     // SAFETY: only dup2 (async-signal-safe) runs between fork and exec.
@@ -145,15 +197,29 @@ async fn launch_and_run_containers() {
                     return Err(std::io::Error::last_os_error());
                 }
             }
+            for fd in tmp {
+                libc::close(fd);
+            }
             Ok(())
         });
     }
     let mut launcher = cmd.spawn().unwrap();
     drop(fd_agent);
     drop(sync_agent);
-    let hdr = FdHeader { container_id: String::new(), exec_id: "launch".into(), fds: vec![] };
+    let hdr = FdHeader {
+        container_id: String::new(),
+        exec_id: "launch".into(),
+        fds: vec![],
+    };
     fdpass::send(sync_shim.as_fd(), &hdr, &[]).unwrap();
-    let cfg = LaunchConfig { sandbox_id: "itest".into(), new_net: true, new_ipc: true, new_uts: true, debug: true, ..Default::default() };
+    let cfg = LaunchConfig {
+        sandbox_id: "itest".into(),
+        new_net: true,
+        new_ipc: true,
+        new_uts: true,
+        debug: true,
+        ..Default::default()
+    };
     launch::send_json(sync_shim.as_fd(), &cfg).unwrap();
     let agent_pid = match launch::recv_json::<SyncMsg>(sync_shim.as_fd()).unwrap() {
         SyncMsg::AgentPid { pid } => pid,
@@ -161,16 +227,38 @@ async fn launch_and_run_containers() {
     };
     let mut guard = AgentGuard(agent_pid);
     assert!(launcher.wait().unwrap().success());
-    assert_eq!(launch::recv_json::<SyncMsg>(sync_shim.as_fd()).unwrap(), SyncMsg::Ready);
-    assert!(matches!(launch::recv_json::<SyncMsg>(sync_shim.as_fd()), Err(launch::SyncError::Closed)));
+    assert_eq!(
+        launch::recv_json::<SyncMsg>(sync_shim.as_fd()).unwrap(),
+        SyncMsg::Ready
+    );
+    assert!(matches!(
+        launch::recv_json::<SyncMsg>(sync_shim.as_fd()),
+        Err(launch::SyncError::Closed)
+    ));
 
-    let client = ttrpc::r#async::Client::connect(&format!("unix://{}", sock_path.display())).await.unwrap();
-    let sb = Sandbox { client: AgentClient::new(client), fdpass: fd_shim, root };
-    let ping = sb.client.ping(ttrpc::context::with_timeout(0), &Empty::default()).await.unwrap();
+    let client = ttrpc::r#async::Client::connect(&format!("unix://{}", sock_path.display()))
+        .await
+        .unwrap();
+    let sb = Sandbox {
+        client: AgentClient::new(client),
+        fdpass: fd_shim,
+        root,
+    };
+    let ping = sb
+        .client
+        .ping(ttrpc::context::with_timeout(0), &Empty::default())
+        .await
+        .unwrap();
     assert_eq!(ping.agent_pid, 1);
 
     // Output reaches the stdout fd; the exit status comes back.
-    let (pid, out) = sb.create("c1", "", spec(&["sh", "-c", "echo hello-$(cat /proc/sys/kernel/hostname)"])).await;
+    let (pid, out) = sb
+        .create(
+            "c1",
+            "",
+            spec(&["sh", "-c", "echo hello-$(cat /proc/sys/kernel/hostname)"]),
+        )
+        .await;
     assert!(pid.unwrap() > 1);
     sb.start("c1", "").await;
     assert_eq!(sb.wait("c1", "").await, 0);
@@ -184,10 +272,15 @@ async fn launch_and_run_containers() {
     // A missing binary fails CreateProcess with a message naming it.
     let (res, _out) = sb.create("c3", "", spec(&["no-such-binary"])).await;
     let err = res.unwrap_err();
-    assert!(err.contains("no-such-binary") && err.contains("PATH"), "{err}");
+    assert!(
+        err.contains("no-such-binary") && err.contains("PATH"),
+        "{err}"
+    );
 
     // TERM reaches a shell workload through the init; an exec joins the container.
-    let (pid, _out) = sb.create("c4", "", spec(&["sh", "-c", "sleep 1000 & wait"])).await;
+    let (pid, _out) = sb
+        .create("c4", "", spec(&["sh", "-c", "sleep 1000 & wait"]))
+        .await;
     pid.unwrap();
     sb.start("c4", "").await;
     let exec = serde_json::to_vec(&serde_json::json!({"args": ["sh", "-c", "echo exec-$(cat /proc/sys/kernel/hostname)"], "cwd": "/", "env": ["PATH=/bin"], "user": {"uid": 0, "gid": 0}})).unwrap();
@@ -196,21 +289,63 @@ async fn launch_and_run_containers() {
     sb.start("c4", "e1").await;
     assert_eq!(sb.wait("c4", "e1").await, 0);
     assert_eq!(read_all(eout), "exec-rund-test\n");
-    let pids = sb.client.list_pids(ttrpc::context::with_timeout(0), &ListPidsRequest { container_id: "c4".into(), ..Default::default() }).await.unwrap();
+    let pids = sb
+        .client
+        .list_pids(
+            ttrpc::context::with_timeout(0),
+            &ListPidsRequest {
+                container_id: "c4".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
     assert!(pids.processes.len() >= 2, "{:?}", pids.processes);
-    let sig = SignalProcessRequest { container_id: "c4".into(), signal: libc::SIGTERM as u32, ..Default::default() };
-    sb.client.signal_process(ttrpc::context::with_timeout(0), &sig).await.unwrap();
+    let sig = SignalProcessRequest {
+        container_id: "c4".into(),
+        signal: libc::SIGTERM as u32,
+        ..Default::default()
+    };
+    sb.client
+        .signal_process(ttrpc::context::with_timeout(0), &sig)
+        .await
+        .unwrap();
     assert_eq!(sb.wait("c4", "").await, 143);
-    let again = sb.client.signal_process(ttrpc::context::with_timeout(0), &sig).await.unwrap_err();
+    let again = sb
+        .client
+        .signal_process(ttrpc::context::with_timeout(0), &sig)
+        .await
+        .unwrap_err();
     assert!(format!("{again:?}").contains("already exited"), "{again:?}");
-    sb.client.delete_process(ttrpc::context::with_timeout(0), &DeleteProcessRequest { container_id: "c4".into(), ..Default::default() }).await.unwrap();
+    sb.client
+        .delete_process(
+            ttrpc::context::with_timeout(0),
+            &DeleteProcessRequest {
+                container_id: "c4".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
 
     // Teardown: a running container is TERMed; the agent exits after replying.
     let (pid, _out) = sb.create("c5", "", spec(&["sleep", "1000"])).await;
     pid.unwrap();
     sb.start("c5", "").await;
-    sb.client.destroy_sandbox(ttrpc::context::with_timeout(0), &DestroySandboxRequest { grace_seconds: 5, ..Default::default() }).await.unwrap();
+    sb.client
+        .destroy_sandbox(
+            ttrpc::context::with_timeout(0),
+            &DestroySandboxRequest {
+                grace_seconds: 5,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
     let st = nix::sys::wait::waitpid(Pid::from_raw(agent_pid), None).unwrap();
-    assert_eq!(st, nix::sys::wait::WaitStatus::Exited(Pid::from_raw(agent_pid), 0));
+    assert_eq!(
+        st,
+        nix::sys::wait::WaitStatus::Exited(Pid::from_raw(agent_pid), 0)
+    );
     guard.0 = 0;
 }

@@ -166,23 +166,44 @@ fn bench_set(c: &mut Criterion, group: &str, roots: &[PathBuf]) {
         b.iter_custom(|it| timed_iters(it, || mkdir_all(&ctr), || rmdir_all(&ctr), || {}))
     });
     g.bench_function(BenchmarkId::new("mkdir+rmdir (no pool)", n), |b| {
-        b.iter_custom(|it| timed_iters(it, || {}, || {
-            mkdir_all(&ctr);
-            rmdir_all(&ctr);
-        }, || {}))
+        b.iter_custom(|it| {
+            timed_iters(
+                it,
+                || {},
+                || {
+                    mkdir_all(&ctr);
+                    rmdir_all(&ctr);
+                },
+                || {},
+            )
+        })
     });
     // The pool's fast path: the slot exists already (made off the start path).
     g.bench_function(BenchmarkId::new("claim by rename", n), |b| {
         mkdir_all(&slot);
-        b.iter_custom(|it| timed_iters(it, || {}, || rename_all(&slot, &ctr), || rename_all(&ctr, &slot)));
+        b.iter_custom(|it| {
+            timed_iters(
+                it,
+                || {},
+                || rename_all(&slot, &ctr),
+                || rename_all(&ctr, &slot),
+            )
+        });
         rmdir_all(&slot);
     });
     g.bench_function(BenchmarkId::new("claim+recycle by rename (pool)", n), |b| {
         mkdir_all(&slot);
-        b.iter_custom(|it| timed_iters(it, || {}, || {
-            rename_all(&slot, &ctr);
-            rename_all(&ctr, &slot);
-        }, || {}));
+        b.iter_custom(|it| {
+            timed_iters(
+                it,
+                || {},
+                || {
+                    rename_all(&slot, &ctr);
+                    rename_all(&ctr, &slot);
+                },
+                || {},
+            )
+        });
         rmdir_all(&slot);
     });
     g.finish();
@@ -215,10 +236,14 @@ fn main() {
                 let ctr = p.join("ctr");
                 let mut g = c.benchmark_group("cgroup-v2");
                 g.bench_function("mkdir", |b| {
-                    b.iter_custom(|it| timed_iters(it, || {}, || mkdir_all(&ctr), || rmdir_all(&ctr)))
+                    b.iter_custom(|it| {
+                        timed_iters(it, || {}, || mkdir_all(&ctr), || rmdir_all(&ctr))
+                    })
                 });
                 g.bench_function("rmdir", |b| {
-                    b.iter_custom(|it| timed_iters(it, || mkdir_all(&ctr), || rmdir_all(&ctr), || {}))
+                    b.iter_custom(|it| {
+                        timed_iters(it, || mkdir_all(&ctr), || rmdir_all(&ctr), || {})
+                    })
                 });
                 g.finish();
             }
@@ -227,4 +252,3 @@ fn main() {
     }
     c.final_summary();
 }
-

@@ -12,7 +12,8 @@
 
 #[cfg(feature = "devices-bench")]
 mod real {
-    use criterion::{black_box, Criterion};
+    use criterion::Criterion;
+    use std::hint::black_box;
 
     pub fn benches(c: &mut Criterion) {
         let cfg = rund_devices::DeviceConfig::default();

@@ -12,7 +12,8 @@
 
 #[cfg(feature = "spec-bench")]
 mod real {
-    use criterion::{black_box, Criterion};
+    use criterion::Criterion;
+    use std::hint::black_box;
 
     const CONFIG: &[u8] = include_bytes!("data/ctr-rootfs-config.json");
 
@@ -50,5 +51,7 @@ fn main() {
         c.final_summary();
     }
     #[cfg(not(feature = "spec-bench"))]
-    eprintln!("spec bench: skipped; build with `--features spec-bench` (needs rund-shim's spec module)");
+    eprintln!(
+        "spec bench: skipped; build with `--features spec-bench` (needs rund-shim's spec module)"
+    );
 }

@@ -68,7 +68,9 @@ pub struct Args {
 }
 
 fn parse_kv(s: &str) -> Result<(String, PathBuf), String> {
-    let (k, v) = s.split_once('=').ok_or_else(|| format!("expected NAME=PATH, got {s:?}"))?;
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected NAME=PATH, got {s:?}"))?;
     Ok((k.to_string(), PathBuf::from(v)))
 }
 
@@ -104,7 +106,9 @@ impl Args {
         if runtimes.is_empty() {
             return Err("--runtimes must name at least one runtime".into());
         }
-        let mut concurrency = self.concurrency.unwrap_or_else(|| if q { vec![50] } else { vec![50, 200] });
+        let mut concurrency =
+            self.concurrency
+                .unwrap_or_else(|| if q { vec![50] } else { vec![50, 200] });
         concurrency.sort_unstable();
         concurrency.dedup();
         if concurrency.contains(&0) {
@@ -150,20 +154,35 @@ mod tests {
     #[test]
     fn quick_defaults() {
         let p = plan(&["--quick"]).unwrap();
-        assert_eq!((p.iterations, p.concurrency.clone(), p.stop_samples), (10, vec![50], 1));
+        assert_eq!(
+            (p.iterations, p.concurrency.clone(), p.stop_samples),
+            (10, vec![50], 1)
+        );
         let p = plan(&[]).unwrap();
         assert_eq!((p.iterations, p.concurrency), (30, vec![50, 200]));
     }
 
     #[test]
     fn flags_override() {
-        let p = plan(&["--quick", "--concurrency", "200,5,5", "--runtimes", "runc", "--iterations", "3"]).unwrap();
+        let p = plan(&[
+            "--quick",
+            "--concurrency",
+            "200,5,5",
+            "--runtimes",
+            "runc",
+            "--iterations",
+            "3",
+        ])
+        .unwrap();
         assert_eq!(p.concurrency, vec![5, 200]);
         assert_eq!(p.runtimes, vec![RuntimeKind::Runc]);
         assert_eq!(p.iterations, 3);
         assert!(!p.features, "features need rund");
         let p = plan(&["--feature-config", "userns-on=/x.toml"]).unwrap();
-        assert_eq!(p.feature_configs.get("userns-on"), Some(&PathBuf::from("/x.toml")));
+        assert_eq!(
+            p.feature_configs.get("userns-on"),
+            Some(&PathBuf::from("/x.toml"))
+        );
     }
 
     #[test]

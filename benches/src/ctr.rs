@@ -65,7 +65,12 @@ impl Ctr {
     /// Runs `ctr <args>` to completion and returns its stdout. The wait blocks
     /// (no polling, so no added jitter); past the timeout ctr is killed.
     pub fn run<S: AsRef<str>>(&self, args: &[S]) -> Result<String, CtrError> {
-        let printable = || args.iter().map(|a| a.as_ref()).collect::<Vec<_>>().join(" ");
+        let printable = || {
+            args.iter()
+                .map(|a| a.as_ref())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
         let verb = || {
             args.iter()
                 .map(|a| a.as_ref())
@@ -176,7 +181,8 @@ impl Ctr {
     }
 
     pub fn kill(&self, id: &str, signal: &str) -> Result<(), CtrError> {
-        self.run(&["task", "kill", "--signal", signal, id]).map(drop)
+        self.run(&["task", "kill", "--signal", signal, id])
+            .map(drop)
     }
 
     /// Kills (SIGKILL) if needed, waits, and deletes the task.
@@ -255,7 +261,13 @@ mod tests {
     #[test]
     fn detached_runs_have_null_io() {
         let rt = Runtime::plain(RuntimeKind::Runc);
-        let a = Ctr::run_args(&rt, RunMode::Detached, Path::new("/r"), "id", &["sleep", "9"]);
+        let a = Ctr::run_args(
+            &rt,
+            RunMode::Detached,
+            Path::new("/r"),
+            "id",
+            &["sleep", "9"],
+        );
         assert!(a.contains(&"--null-io".to_string()));
         assert_eq!(&a[a.len() - 4..], ["/r", "id", "sleep", "9"]);
     }

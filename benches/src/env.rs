@@ -36,7 +36,11 @@ pub struct BenchEnv {
 
 impl BenchEnv {
     /// Starts containerd with runc-v2 always and rund when `with_rund`.
-    pub fn start(with_rund: bool, debug: bool, ctr_timeout: Duration) -> Result<BenchEnv, EnvError> {
+    pub fn start(
+        with_rund: bool,
+        debug: bool,
+        ctr_timeout: Duration,
+    ) -> Result<BenchEnv, EnvError> {
         let rund_bin_dir = if with_rund {
             let dir = find_rund_bins()?;
             // The harness honours RUND_BIN_DIR first: pin it to what we found
@@ -88,7 +92,10 @@ pub fn find_rund_bins() -> Result<PathBuf, EnvError> {
     if let Some(d) = std::env::var_os("RUND_BIN_DIR") {
         candidates.push(PathBuf::from(d));
     } else {
-        if let Some(d) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
+        if let Some(d) = std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(Path::to_path_buf))
+        {
             candidates.push(d);
         }
         let mut targets = Vec::new();

@@ -39,7 +39,10 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("rund-bench: writing results to {}: {e}", plan.out_dir.display());
+            eprintln!(
+                "rund-bench: writing results to {}: {e}",
+                plan.out_dir.display()
+            );
             std::process::ExitCode::FAILURE
         }
     }

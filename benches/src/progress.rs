@@ -14,7 +14,11 @@ extern "C" fn on_sigint(_: libc::c_int) {
 /// still removed and containerd is stopped.
 pub fn install_interrupt_handler() {
     use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
-    let act = SigAction::new(SigHandler::Handler(on_sigint), SaFlags::empty(), SigSet::empty());
+    let act = SigAction::new(
+        SigHandler::Handler(on_sigint),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
     for sig in [Signal::SIGINT, Signal::SIGTERM] {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
         let _ = unsafe { sigaction(sig, &act) };

@@ -81,15 +81,17 @@ pub struct ConcurrentRun {
     pub variant: Option<String>,
     pub n: usize,
     pub round: usize,
-    /// From the common start to the last `ctr run -d` returning.
+    /// From the common start to the last `ctr run -d` returning. Only a
+    /// figure of "all running" when `failures == 0`; reports ignore it otherwise.
     pub wall_ms: f64,
     /// `ctr run -d` that reported success.
     pub started: usize,
     /// Tasks seen RUNNING by `ctr task ls` right after.
     pub running: usize,
-    pub failures: usize,
     pub errors: Vec<String>,
-    /// Per-container `ctr run -d` latency (successful ones).
+    /// Containers not RUNNING afterwards (ctr error or task already gone).
+    pub failures: usize,
+    /// Per-container `ctr run -d` latency of the containers that are RUNNING.
     pub latencies_ms: Vec<f64>,
     pub latency: Option<Summary>,
     pub density: Option<Density>,

@@ -18,7 +18,11 @@ fn total_steps(p: &Plan) -> u64 {
         t += (p.warmup + p.iterations) * r;
     }
     if p.concurrent {
-        t += p.concurrency.iter().map(|n| 2 * n * p.rounds * r).sum::<usize>();
+        t += p
+            .concurrency
+            .iter()
+            .map(|n| 2 * n * p.rounds * r)
+            .sum::<usize>();
     }
     if p.stop {
         t += p.stop_samples * r;
@@ -38,17 +42,27 @@ fn first_line(cmd: &str, arg: &str) -> String {
         .arg(arg)
         .output()
         .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).lines().next().map(str::to_string))
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .map(str::to_string)
+        })
         .unwrap_or_else(|| format!("{cmd}: unknown version"))
 }
 
 fn meta(p: &Plan, env: &BenchEnv) -> Meta {
     Meta {
-        started_at_unix: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        started_at_unix: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
         kernel: nix::sys::utsname::uname()
             .map(|u| u.release().to_string_lossy().into_owned())
             .unwrap_or_default(),
-        cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        cpus: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
         containerd: first_line("containerd", "--version"),
         runc: first_line("runc", "--version"),
         quick: p.quick,
@@ -96,7 +110,8 @@ pub fn run(p: &Plan) -> Result<Results, EnvError> {
                     if interrupted() {
                         break;
                     }
-                    res.concurrent.push(concurrent::run(&env, rt, n, round, &opts, &progress));
+                    res.concurrent
+                        .push(concurrent::run(&env, rt, n, round, &opts, &progress));
                 }
             }
         }
@@ -117,10 +132,14 @@ pub fn run(p: &Plan) -> Result<Results, EnvError> {
     let left = env.sweep();
     progress.finish();
     if left > 0 {
-        res.notes.push(format!("{left} container(s) were left after the phases and removed by the final sweep"));
+        res.notes.push(format!(
+            "{left} container(s) were left after the phases and removed by the final sweep"
+        ));
     }
     if interrupted() {
-        res.notes.push("interrupted: the figures cover only the samples taken before the interrupt".into());
+        res.notes.push(
+            "interrupted: the figures cover only the samples taken before the interrupt".into(),
+        );
     }
     add_notes(&mut res);
     drop(env); // stops containerd by pid and removes its directory
@@ -142,12 +161,21 @@ fn add_notes(res: &mut Results) {
         }
         if let Some(t) = &r.teardown {
             for e in &t.errors {
-                notes.push(format!("{} N={} teardown error: {e}", r.runtime.label(), r.n));
+                notes.push(format!(
+                    "{} N={} teardown error: {e}",
+                    r.runtime.label(),
+                    r.n
+                ));
             }
         }
         if let Some(d) = &r.density {
             if d.unresolved > 0 {
-                notes.push(format!("{} N={}: the shim of {} task(s) was not found", r.runtime.label(), r.n, d.unresolved));
+                notes.push(format!(
+                    "{} N={}: the shim of {} task(s) was not found",
+                    r.runtime.label(),
+                    r.n,
+                    d.unresolved
+                ));
             }
         }
     }

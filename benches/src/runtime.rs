@@ -58,7 +58,10 @@ impl Runtime {
 
     /// The `ctr run` flags that select this runtime.
     pub fn ctr_flags(&self) -> Vec<String> {
-        let mut v = vec!["--runtime".to_string(), self.kind.containerd_name().to_string()];
+        let mut v = vec![
+            "--runtime".to_string(),
+            self.kind.containerd_name().to_string(),
+        ];
         if let Some(p) = &self.config_path {
             v.push("--runtime-config-path".into());
             v.push(p.display().to_string());
@@ -78,7 +81,12 @@ mod tests {
         r.config_path = Some("/x/c.toml".into());
         assert_eq!(
             r.ctr_flags(),
-            ["--runtime", "io.containerd.rund.v2", "--runtime-config-path", "/x/c.toml"]
+            [
+                "--runtime",
+                "io.containerd.rund.v2",
+                "--runtime-config-path",
+                "/x/c.toml"
+            ]
         );
     }
 }

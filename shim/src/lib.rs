@@ -1,6 +1,7 @@
 //! rund's shim: containerd-shim-rund-v2 and the `rund` admin CLI.
 
 pub mod cgroups;
+pub mod cli;
 pub mod config;
 pub mod entry;
 pub mod error;

@@ -160,6 +160,19 @@ pub fn cgroup_mounts() -> Vec<PathBuf> {
         .collect()
 }
 
+/// An empty cgroup of rund's node-wide pool is kept on purpose (recycled
+/// instead of removed); one that still holds processes is a leak.
+fn is_idle_pool_slot(dir: &Path) -> bool {
+    let named = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with(".rund-pool"));
+    named
+        && std::fs::read_to_string(dir.join("cgroup.procs"))
+            .map(|p| p.trim().is_empty())
+            .unwrap_or(true)
+}
+
 /// Dirs strictly below each root, in every hierarchy, as "<mount>:<path>".
 fn cgroup_dirs(roots: &[String]) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
@@ -173,6 +186,9 @@ fn cgroup_dirs(roots: &[String]) -> BTreeSet<String> {
                 };
                 for e in rd.flatten() {
                     if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                        if is_idle_pool_slot(&e.path()) {
+                            continue;
+                        }
                         out.insert(format!("{}:{}", m.display(), e.path().display()));
                         stack.push(e.path());
                     }

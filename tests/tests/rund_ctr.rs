@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use rund_tests::{
+    RUNC_RUNTIME,
     assert_no_leaks_within, runtime_under_test, Containerd, ContainerdOpts, LeakSnapshot, RunSpec,
     RUND_RUNTIME,
 };
@@ -144,16 +145,17 @@ fn task_ps_and_delete() {
         .into_iter()
         .find(|t| t.id == "ps")
         .unwrap();
-    // sh and two sleeps; the children may need a moment to be forked.
+    // rund's init (the task pid), sh and two sleeps; runc has no init.
+    let want = if rt() == RUNC_RUNTIME { 3 } else { 4 };
     let mut pids = Vec::new();
     for _ in 0..100 {
         pids = ctd.task_ps("ps").unwrap();
-        if pids.len() == 3 {
+        if pids.len() == want {
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(pids.len(), 3, "{pids:?}");
+    assert_eq!(pids.len(), want, "{pids:?}");
     assert!(pids.contains(&init.pid), "{pids:?} lacks init {}", init.pid);
 
     // A running task cannot be deleted without --force.

@@ -85,7 +85,12 @@ fn init_setup(a: &mut InitArgs) -> Result<Prepared, String> {
         ns::join("pid", fd)?;
         ns::fork_into_pid_ns(&a.sync)?;
     }
-    for (name, src) in [("net", plan.net), ("ipc", plan.ipc), ("uts", plan.uts), ("cgroup", plan.cgroup)] {
+    for (name, src) in [
+        ("net", plan.net),
+        ("ipc", plan.ipc),
+        ("uts", plan.uts),
+        ("cgroup", plan.cgroup),
+    ] {
         if src == NsSource::Fd {
             let fd = a.fds.namespaces.get(name).ok_or_else(|| format!("the namespace plan joins a {name} namespace but no FdKind::Namespace({name:?}) fd was passed"))?;
             ns::join(name, fd)?;
@@ -104,9 +109,20 @@ fn init_setup(a: &mut InitArgs) -> Result<Prepared, String> {
     let state = state_json(&a.id, Some(&a.spec), "creating");
     rootfs::build(&a.spec, &a.opts, &a.fds, &state).map_err(|e| e.to_string())?;
     rootfs::sysctl(&a.spec).map_err(|e| e.to_string())?;
-    let start_hooks = a.spec.hooks().as_ref().and_then(|h| h.start_container().clone()).unwrap_or_default();
+    let start_hooks = a
+        .spec
+        .hooks()
+        .as_ref()
+        .and_then(|h| h.start_container().clone())
+        .unwrap_or_default();
     let seccomp = a.spec.linux().as_ref().and_then(|l| l.seccomp().as_ref());
-    exec::prepare(&process, seccomp, start_hooks, state_json(&a.id, Some(&a.spec), "created")).map_err(|e| e.to_string())
+    exec::prepare(
+        &process,
+        seccomp,
+        start_hooks,
+        state_json(&a.id, Some(&a.spec), "created"),
+    )
+    .map_err(|e| e.to_string())
 }
 
 /// An exec process, right after fork.
@@ -118,7 +134,10 @@ pub fn exec_main(mut a: ExecArgs) -> ! {
     close_others(&keep);
     let prepared = match exec_setup(&mut a) {
         Ok(p) => p,
-        Err(e) => fail(&a.sync, format!("exec {} in container {}: {e}", a.exec_id, a.id)),
+        Err(e) => fail(
+            &a.sync,
+            format!("exec {} in container {}: {e}", a.exec_id, a.id),
+        ),
     };
     start_or_exit(a.sync);
     drop(a.fds);

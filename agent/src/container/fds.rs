@@ -47,8 +47,17 @@ impl PassedFds {
 
     /// Every raw fd held (to keep them open in the child).
     pub fn raw(&self) -> Vec<RawFd> {
-        let singles = [&self.stdin, &self.stdout, &self.stderr, &self.console, &self.rootfs];
-        let mut v: Vec<RawFd> = singles.iter().filter_map(|f| f.as_ref().map(|f| f.as_raw_fd())).collect();
+        let singles = [
+            &self.stdin,
+            &self.stdout,
+            &self.stderr,
+            &self.console,
+            &self.rootfs,
+        ];
+        let mut v: Vec<RawFd> = singles
+            .iter()
+            .filter_map(|f| f.as_ref().map(|f| f.as_raw_fd()))
+            .collect();
         v.extend(self.mounts.values().map(|f| f.as_raw_fd()));
         v.extend(self.namespaces.values().map(|f| f.as_raw_fd()));
         v.extend(self.devices.values().map(|f| f.as_raw_fd()));

@@ -20,7 +20,9 @@ pub enum Exe<'a> {
 }
 
 fn cstrs(v: &[String]) -> Vec<CString> {
-    v.iter().filter_map(|s| CString::new(s.as_bytes()).ok()).collect()
+    v.iter()
+        .filter_map(|s| CString::new(s.as_bytes()).ok())
+        .collect()
 }
 
 /// Runs one hook with the state JSON on stdin, honouring its timeout.
@@ -51,7 +53,11 @@ pub fn run(exe: Exe<'_>, hook: &Hook, state: &str) -> Result<(), String> {
                     }
                 }
             };
-            let _ = writeln!(std::io::stderr(), "rund-agent: exec hook {}: {errno}", hook.path().display());
+            let _ = writeln!(
+                std::io::stderr(),
+                "rund-agent: exec hook {}: {errno}",
+                hook.path().display()
+            );
             // SAFETY: leave the forked child without running any destructor.
             unsafe { libc::_exit(127) }
         }
@@ -61,7 +67,9 @@ pub fn run(exe: Exe<'_>, hook: &Hook, state: &str) -> Result<(), String> {
             // A hook may not read its stdin: EPIPE is not an error.
             let _ = f.write_all(state.as_bytes());
             drop(f);
-            let deadline = hook.timeout().map(|t| Instant::now() + Duration::from_secs(t.max(1) as u64));
+            let deadline = hook
+                .timeout()
+                .map(|t| Instant::now() + Duration::from_secs(t.max(1) as u64));
             loop {
                 match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
                     Ok(WaitStatus::StillAlive) => {}
@@ -72,7 +80,11 @@ pub fn run(exe: Exe<'_>, hook: &Hook, state: &str) -> Result<(), String> {
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     let _ = kill(child, Signal::SIGKILL);
                     let _ = waitpid(child, None);
-                    return Err(format!("{} timed out after {}s", hook.path().display(), hook.timeout().unwrap_or(0)));
+                    return Err(format!(
+                        "{} timed out after {}s",
+                        hook.path().display(),
+                        hook.timeout().unwrap_or(0)
+                    ));
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
@@ -81,11 +93,20 @@ pub fn run(exe: Exe<'_>, hook: &Hook, state: &str) -> Result<(), String> {
 }
 
 /// Runs the createContainer hooks from their fds ("createContainer:<i>").
-pub fn run_create_hooks(hooks: &[Hook], fds: &std::collections::HashMap<String, std::os::fd::OwnedFd>, state: &str) -> Result<(), String> {
+pub fn run_create_hooks(
+    hooks: &[Hook],
+    fds: &std::collections::HashMap<String, std::os::fd::OwnedFd>,
+    state: &str,
+) -> Result<(), String> {
     use std::os::fd::AsFd;
     for (i, h) in hooks.iter().enumerate() {
         let key = format!("createContainer:{i}");
-        let fd = fds.get(&key).ok_or_else(|| format!("createContainer hook {i} ({}): the shim passed no fd (FdKind::Hook({key:?}))", h.path().display()))?;
+        let fd = fds.get(&key).ok_or_else(|| {
+            format!(
+                "createContainer hook {i} ({}): the shim passed no fd (FdKind::Hook({key:?}))",
+                h.path().display()
+            )
+        })?;
         run(Exe::Fd(fd.as_fd()), h, state).map_err(|e| format!("createContainer hook {i}: {e}"))?;
     }
     Ok(())

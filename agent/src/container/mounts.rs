@@ -22,7 +22,14 @@ pub enum MountError {
     #[error("mount {index} ({dest}): a bind mount needs its source as an fd (FdKind::Mount({index})), none was passed")]
     NoFd { index: usize, dest: String },
     #[error("mount {index} ({dest}, type {fstype}): {op} failed: {errno}{hint}")]
-    Sys { index: usize, dest: String, fstype: String, op: &'static str, errno: Errno, hint: &'static str },
+    Sys {
+        index: usize,
+        dest: String,
+        fstype: String,
+        op: &'static str,
+        errno: Errno,
+        hint: &'static str,
+    },
 }
 
 /// What sits at the mount point before mounting.
@@ -70,7 +77,14 @@ impl Step {
             }
             _ => "",
         };
-        MountError::Sys { index: self.index, dest: self.dest.display().to_string(), fstype: self.fstype(), op, errno, hint }
+        MountError::Sys {
+            index: self.index,
+            dest: self.dest.display().to_string(),
+            fstype: self.fstype(),
+            op,
+            errno,
+            hint,
+        }
     }
 }
 
@@ -92,10 +106,26 @@ pub fn plan(mounts: &[Mount]) -> Result<Vec<Step>, MountError> {
         } else if typ == "cgroup" || typ == "cgroup2" {
             (Kind::Cgroup, MountPoint::Dir)
         } else {
-            let source = m.source().as_ref().map(|s| s.display().to_string()).unwrap_or_else(|| typ.clone());
-            (Kind::Fs { fstype: typ, source }, MountPoint::Dir)
+            let source = m
+                .source()
+                .as_ref()
+                .map(|s| s.display().to_string())
+                .unwrap_or_else(|| typ.clone());
+            (
+                Kind::Fs {
+                    fstype: typ,
+                    source,
+                },
+                MountPoint::Dir,
+            )
         };
-        steps.push(Step { index, dest, kind, point, opts });
+        steps.push(Step {
+            index,
+            dest,
+            kind,
+            point,
+            opts,
+        });
     }
     Ok(steps)
 }
@@ -120,19 +150,33 @@ impl MountCtx<'_> {
     pub fn apply(&self, steps: &[Step]) -> Result<bool, MountError> {
         let mut dev_tmpfs = false;
         for step in steps {
-            let target = self.target(&step.dest).map_err(|e| step.err("resolve destination", e))?;
+            let target = self
+                .target(&step.dest)
+                .map_err(|e| step.err("resolve destination", e))?;
             match &step.kind {
                 Kind::Bind => self.bind(step, &target)?,
                 Kind::Cgroup => self.cgroup(step, &target)?,
                 Kind::Fs { fstype, source } => {
-                    self.sys.mkdir_all(&target).map_err(|e| step.err("mkdir", e))?;
+                    self.sys
+                        .mkdir_all(&target)
+                        .map_err(|e| step.err("mkdir", e))?;
                     let data = step.opts.data_string();
-                    self.sys.mount(Some(source), &target, Some(fstype), step.opts.flags, data.as_deref()).map_err(|e| step.err("mount", e))?;
+                    self.sys
+                        .mount(
+                            Some(source),
+                            &target,
+                            Some(fstype),
+                            step.opts.flags,
+                            data.as_deref(),
+                        )
+                        .map_err(|e| step.err("mount", e))?;
                     dev_tmpfs |= fstype == "tmpfs" && step.dest == Path::new("/dev");
                 }
             }
             for p in &step.opts.propagation {
-                self.sys.mount(None, &target, None, *p, None).map_err(|e| step.err("set propagation", e))?;
+                self.sys
+                    .mount(None, &target, None, *p, None)
+                    .map_err(|e| step.err("set propagation", e))?;
             }
         }
         Ok(dev_tmpfs)
@@ -140,16 +184,30 @@ impl MountCtx<'_> {
 
     fn bind(&self, step: &Step, target: &Path) -> Result<(), MountError> {
         let dest = step.dest.display().to_string();
-        let fd = self.fds.get(&step.index).ok_or(MountError::NoFd { index: step.index, dest })?;
+        let fd = self.fds.get(&step.index).ok_or(MountError::NoFd {
+            index: step.index,
+            dest,
+        })?;
         if self.sys.fd_is_dir(fd.as_fd()) {
-            self.sys.mkdir_all(target).map_err(|e| step.err("mkdir", e))?;
+            self.sys
+                .mkdir_all(target)
+                .map_err(|e| step.err("mkdir", e))?;
         } else {
-            self.sys.touch(target).map_err(|e| step.err("create file mount point", e))?;
+            self.sys
+                .touch(target)
+                .map_err(|e| step.err("create file mount point", e))?;
         }
-        self.sys.move_mount(fd.as_fd(), target).map_err(|e| step.err("move_mount", e))?;
+        self.sys
+            .move_mount(fd.as_fd(), target)
+            .map_err(|e| step.err("move_mount", e))?;
         if step.opts.attr_set != 0 || step.opts.attr_clr != 0 {
             self.sys
-                .mount_setattr(target, step.opts.attr_set, step.opts.attr_clr, step.opts.recursive)
+                .mount_setattr(
+                    target,
+                    step.opts.attr_set,
+                    step.opts.attr_clr,
+                    step.opts.recursive,
+                )
                 .map_err(|e| step.err("mount_setattr", e))?;
         }
         Ok(())
@@ -157,14 +215,27 @@ impl MountCtx<'_> {
 
     fn cgroup(&self, step: &Step, target: &Path) -> Result<(), MountError> {
         let flags = step.opts.flags;
-        self.sys.mkdir_all(target).map_err(|e| step.err("mkdir", e))?;
+        self.sys
+            .mkdir_all(target)
+            .map_err(|e| step.err("mkdir", e))?;
         let hierarchies = parse_cgroups(self.cgroups);
         if hierarchies.iter().all(|h| h.is_empty()) {
-            return self.sys.mount(Some("cgroup2"), target, Some("cgroup2"), flags, None).map_err(|e| step.err("mount cgroup2", e));
+            return self
+                .sys
+                .mount(Some("cgroup2"), target, Some("cgroup2"), flags, None)
+                .map_err(|e| step.err("mount cgroup2", e));
         }
         // cgroup v1 (or hybrid): a tmpfs holding one mount per hierarchy.
         let tmp_flags = flags - MsFlags::MS_RDONLY;
-        self.sys.mount(Some("tmpfs"), target, Some("tmpfs"), tmp_flags, Some("mode=755")).map_err(|e| step.err("mount tmpfs", e))?;
+        self.sys
+            .mount(
+                Some("tmpfs"),
+                target,
+                Some("tmpfs"),
+                tmp_flags,
+                Some("mode=755"),
+            )
+            .map_err(|e| step.err("mount tmpfs", e))?;
         for h in &hierarchies {
             let (dir, fstype, data) = if h.is_empty() {
                 ("unified".to_string(), "cgroup2", None)
@@ -175,15 +246,21 @@ impl MountCtx<'_> {
             };
             let sub = target.join(&dir);
             self.sys.mkdir_all(&sub).map_err(|e| step.err("mkdir", e))?;
-            self.sys.mount(Some("cgroup"), &sub, Some(fstype), flags, data.as_deref()).map_err(|e| step.err("mount cgroup hierarchy", e))?;
+            self.sys
+                .mount(Some("cgroup"), &sub, Some(fstype), flags, data.as_deref())
+                .map_err(|e| step.err("mount cgroup hierarchy", e))?;
             if h.contains(',') {
                 for c in h.split(',').filter(|c| !c.starts_with("name=")) {
-                    self.sys.symlink(&dir, &target.join(c)).map_err(|e| step.err("symlink", e))?;
+                    self.sys
+                        .symlink(&dir, &target.join(c))
+                        .map_err(|e| step.err("symlink", e))?;
                 }
             }
         }
         if flags.contains(MsFlags::MS_RDONLY) {
-            self.sys.mount_setattr(target, MOUNT_ATTR_RDONLY, 0, false).map_err(|e| step.err("mount_setattr", e))?;
+            self.sys
+                .mount_setattr(target, MOUNT_ATTR_RDONLY, 0, false)
+                .map_err(|e| step.err("mount_setattr", e))?;
         }
         Ok(())
     }
@@ -193,7 +270,7 @@ impl MountCtx<'_> {
 pub fn parse_cgroups(text: &str) -> Vec<String> {
     let mut out: Vec<String> = text
         .lines()
-        .filter_map(|l| l.splitn(3, ':').nth(1))
+        .filter_map(|l| l.split(':').nth(1))
         .map(str::to_string)
         .collect();
     out.dedup();

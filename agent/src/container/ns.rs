@@ -33,7 +33,12 @@ pub fn fork_into_pid_ns(sync: &OwnedFd) -> Result<(), String> {
     match unsafe { nix::unistd::fork() }.map_err(|e| format!("fork into the pid namespace: {e}"))? {
         nix::unistd::ForkResult::Child => Ok(()),
         nix::unistd::ForkResult::Parent { child } => {
-            report(sync.as_fd(), &ChildMsg::Pid { pid: child.as_raw() });
+            report(
+                sync.as_fd(),
+                &ChildMsg::Pid {
+                    pid: child.as_raw(),
+                },
+            );
             // SAFETY: the intermediate leaves without running destructors.
             unsafe { libc::_exit(0) }
         }

@@ -24,7 +24,15 @@ pub struct MountOptions {
 
 impl Default for MountOptions {
     fn default() -> Self {
-        MountOptions { flags: MsFlags::empty(), propagation: Vec::new(), data: Vec::new(), bind: false, recursive: false, attr_set: 0, attr_clr: 0 }
+        MountOptions {
+            flags: MsFlags::empty(),
+            propagation: Vec::new(),
+            data: Vec::new(),
+            bind: false,
+            recursive: false,
+            attr_set: 0,
+            attr_clr: 0,
+        }
     }
 }
 
@@ -52,13 +60,33 @@ pub fn parse(options: &[String]) -> MountOptions {
             "dirsync" => (MsFlags::MS_DIRSYNC, MsFlags::empty(), 0, 0),
             "mand" => (MsFlags::MS_MANDLOCK, MsFlags::empty(), 0, 0),
             "nomand" => (MsFlags::empty(), MsFlags::MS_MANDLOCK, 0, 0),
-            "noatime" => (MsFlags::MS_NOATIME, MsFlags::empty(), MOUNT_ATTR_NOATIME, MOUNT_ATTR_ATIME),
+            "noatime" => (
+                MsFlags::MS_NOATIME,
+                MsFlags::empty(),
+                MOUNT_ATTR_NOATIME,
+                MOUNT_ATTR_ATIME,
+            ),
             "atime" => (MsFlags::empty(), MsFlags::MS_NOATIME, 0, 0),
-            "nodiratime" => (MsFlags::MS_NODIRATIME, MsFlags::empty(), MOUNT_ATTR_NODIRATIME, 0),
-            "diratime" => (MsFlags::empty(), MsFlags::MS_NODIRATIME, 0, MOUNT_ATTR_NODIRATIME),
+            "nodiratime" => (
+                MsFlags::MS_NODIRATIME,
+                MsFlags::empty(),
+                MOUNT_ATTR_NODIRATIME,
+                0,
+            ),
+            "diratime" => (
+                MsFlags::empty(),
+                MsFlags::MS_NODIRATIME,
+                0,
+                MOUNT_ATTR_NODIRATIME,
+            ),
             "relatime" => (MsFlags::MS_RELATIME, MsFlags::empty(), 0, MOUNT_ATTR_ATIME),
             "norelatime" => (MsFlags::empty(), MsFlags::MS_RELATIME, 0, 0),
-            "strictatime" => (MsFlags::MS_STRICTATIME, MsFlags::empty(), MOUNT_ATTR_STRICTATIME, MOUNT_ATTR_ATIME),
+            "strictatime" => (
+                MsFlags::MS_STRICTATIME,
+                MsFlags::empty(),
+                MOUNT_ATTR_STRICTATIME,
+                MOUNT_ATTR_ATIME,
+            ),
             "nostrictatime" => (MsFlags::empty(), MsFlags::MS_STRICTATIME, 0, 0),
             "bind" => {
                 o.bind = true;
@@ -116,15 +144,28 @@ mod tests {
     #[test]
     fn flags_and_data() {
         let o = p(&["nosuid", "noexec", "nodev", "mode=755", "size=65536k"]);
-        assert_eq!(o.flags, MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC | MsFlags::MS_NODEV);
+        assert_eq!(
+            o.flags,
+            MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC | MsFlags::MS_NODEV
+        );
         assert_eq!(o.data_string().as_deref(), Some("mode=755,size=65536k"));
         assert!(!o.bind);
     }
 
     #[test]
     fn devpts_options_are_data() {
-        let o = p(&["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]);
-        assert_eq!(o.data_string().as_deref(), Some("newinstance,ptmxmode=0666,mode=0620,gid=5"));
+        let o = p(&[
+            "nosuid",
+            "noexec",
+            "newinstance",
+            "ptmxmode=0666",
+            "mode=0620",
+            "gid=5",
+        ]);
+        assert_eq!(
+            o.data_string().as_deref(),
+            Some("newinstance,ptmxmode=0666,mode=0620,gid=5")
+        );
     }
 
     #[test]

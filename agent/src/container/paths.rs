@@ -59,9 +59,18 @@ mod tests {
         std::fs::create_dir(root.join("real")).unwrap();
         std::os::unix::fs::symlink("/real", root.join("abs")).unwrap();
         std::os::unix::fs::symlink("../../../etc", root.join("up")).unwrap();
-        assert_eq!(secure_join(root, Path::new("/abs/x")).unwrap(), root.join("real/x"));
-        assert_eq!(secure_join(root, Path::new("/up/passwd")).unwrap(), root.join("etc/passwd"));
-        assert_eq!(secure_join(root, Path::new("/../../a/./b")).unwrap(), root.join("a/b"));
+        assert_eq!(
+            secure_join(root, Path::new("/abs/x")).unwrap(),
+            root.join("real/x")
+        );
+        assert_eq!(
+            secure_join(root, Path::new("/up/passwd")).unwrap(),
+            root.join("etc/passwd")
+        );
+        assert_eq!(
+            secure_join(root, Path::new("/../../a/./b")).unwrap(),
+            root.join("a/b")
+        );
     }
 
     #[test]

@@ -25,7 +25,10 @@ pub enum RootfsError {
     #[error("no rootfs: the shim passed no FdKind::Rootfs fd")]
     NoRootfs,
     #[error("{op}: {errno}")]
-    Sys { op: String, errno: nix::errno::Errno },
+    Sys {
+        op: String,
+        errno: nix::errno::Errno,
+    },
     #[error(transparent)]
     Mount(#[from] mounts::MountError),
     #[error(transparent)]
@@ -41,32 +44,72 @@ fn sys(op: impl Into<String>) -> impl FnOnce(nix::errno::Errno) -> RootfsError {
 
 /// Everything up to and including pivot_root. On return the process' root
 /// is the container rootfs and its cwd is `/`.
-pub fn build(spec: &Spec, opts: &ContainerOptions, fds: &PassedFds, state_json: &str) -> Result<(), RootfsError> {
+pub fn build(
+    spec: &Spec,
+    opts: &ContainerOptions,
+    fds: &PassedFds,
+    state_json: &str,
+) -> Result<(), RootfsError> {
     let linux = Linux;
-    nix::mount::mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>).map_err(sys("make / rprivate"))?;
+    nix::mount::mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(sys("make / rprivate"))?;
     let root = Path::new(ATTACH_DIR);
     let rootfs = fds.rootfs.as_ref().ok_or(RootfsError::NoRootfs)?;
-    linux.move_mount(rootfs.as_fd(), root).map_err(sys("attach rootfs (move_mount)"))?;
+    linux
+        .move_mount(rootfs.as_fd(), root)
+        .map_err(sys("attach rootfs (move_mount)"))?;
     let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let steps = mounts::plan(spec.mounts().as_deref().unwrap_or_default())?;
-    let ctx = MountCtx { sys: &linux, root, fds: &fds.mounts, cgroups: &cgroups };
+    let ctx = MountCtx {
+        sys: &linux,
+        root,
+        fds: &fds.mounts,
+        cgroups: &cgroups,
+    };
     let dev_tmpfs = ctx.apply(&steps)?;
     let linux_spec = spec.linux().as_ref();
     if dev_tmpfs {
-        let nodes = devices::plan(linux_spec.and_then(|l| l.devices().as_deref()).unwrap_or_default());
+        let nodes = devices::plan(
+            linux_spec
+                .and_then(|l| l.devices().as_deref())
+                .unwrap_or_default(),
+        );
         devices::populate(&linux, root, &nodes, &fds.devices, opts.userns)?;
     }
-    if let Some(h) = spec.hooks().as_ref().and_then(|h| h.create_container().as_ref()) {
+    if let Some(h) = spec
+        .hooks()
+        .as_ref()
+        .and_then(|h| h.create_container().as_ref())
+    {
         hooks::run_create_hooks(h, &fds.hooks, state_json).map_err(RootfsError::Hook)?;
     }
-    for p in linux_spec.and_then(|l| l.masked_paths().as_ref()).into_iter().flatten() {
+    for p in linux_spec
+        .and_then(|l| l.masked_paths().as_ref())
+        .into_iter()
+        .flatten()
+    {
         mask(root, p)?;
     }
-    for p in linux_spec.and_then(|l| l.readonly_paths().as_ref()).into_iter().flatten() {
+    for p in linux_spec
+        .and_then(|l| l.readonly_paths().as_ref())
+        .into_iter()
+        .flatten()
+    {
         readonly(root, p)?;
     }
-    if spec.root().as_ref().is_some_and(|r| r.readonly().unwrap_or(false)) {
-        raw::mount_setattr(root, MOUNT_ATTR_RDONLY, 0, false).map_err(sys("make rootfs read-only"))?;
+    if spec
+        .root()
+        .as_ref()
+        .is_some_and(|r| r.readonly().unwrap_or(false))
+    {
+        raw::mount_setattr(root, MOUNT_ATTR_RDONLY, 0, false)
+            .map_err(sys("make rootfs read-only"))?;
     }
     nix::unistd::chdir(root).map_err(sys("chdir rootfs"))?;
     raw::pivot_here().map_err(sys("pivot_root"))?;
@@ -76,11 +119,25 @@ pub fn build(spec: &Spec, opts: &ContainerOptions, fds: &PassedFds, state_json: 
 /// Masks a path: /dev/null over files, an empty read-only tmpfs over dirs.
 fn mask(root: &Path, p: &str) -> Result<(), RootfsError> {
     let target = secure_join(root, Path::new(p)).map_err(sys(format!("masked path {p}")))?;
-    let Ok(md) = target.metadata() else { return Ok(()) };
+    let Ok(md) = target.metadata() else {
+        return Ok(());
+    };
     let r = if md.is_dir() {
-        nix::mount::mount(Some("tmpfs"), &target, Some("tmpfs"), MsFlags::MS_RDONLY, Some("size=0"))
+        nix::mount::mount(
+            Some("tmpfs"),
+            &target,
+            Some("tmpfs"),
+            MsFlags::MS_RDONLY,
+            Some("size=0"),
+        )
     } else {
-        nix::mount::mount(Some("/dev/null"), &target, None::<&str>, MsFlags::MS_BIND, None::<&str>)
+        nix::mount::mount(
+            Some("/dev/null"),
+            &target,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
     };
     r.map_err(sys(format!("mask {p}")))
 }
@@ -91,15 +148,32 @@ fn readonly(root: &Path, p: &str) -> Result<(), RootfsError> {
     if target.symlink_metadata().is_err() {
         return Ok(());
     }
-    nix::mount::mount(Some(&target), &target, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>).map_err(sys(format!("bind {p}")))?;
-    raw::mount_setattr(&target, MOUNT_ATTR_RDONLY, 0, true).map_err(sys(format!("make {p} read-only")))
+    nix::mount::mount(
+        Some(&target),
+        &target,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .map_err(sys(format!("bind {p}")))?;
+    raw::mount_setattr(&target, MOUNT_ATTR_RDONLY, 0, true)
+        .map_err(sys(format!("make {p} read-only")))
 }
 
 /// linux.sysctl, written after pivot_root through the container's /proc.
 pub fn sysctl(spec: &Spec) -> Result<(), RootfsError> {
-    for (k, v) in spec.linux().as_ref().and_then(|l| l.sysctl().as_ref()).into_iter().flatten() {
+    for (k, v) in spec
+        .linux()
+        .as_ref()
+        .and_then(|l| l.sysctl().as_ref())
+        .into_iter()
+        .flatten()
+    {
         let path = Path::new("/proc/sys").join(k.replace('.', "/"));
-        std::fs::write(&path, v).map_err(|e| RootfsError::Sys { op: format!("sysctl {k}={v} ({})", path.display()), errno: crate::sys::io_errno(e) })?;
+        std::fs::write(&path, v).map_err(|e| RootfsError::Sys {
+            op: format!("sysctl {k}={v} ({})", path.display()),
+            errno: crate::sys::io_errno(e),
+        })?;
     }
     Ok(())
 }

@@ -9,7 +9,9 @@ use super::fds::PassedFds;
 fn dup_to(fd: &impl AsFd, target: i32) -> Result<(), String> {
     // SAFETY: dup2 onto 0..2 only replaces this process' own stdio.
     let r = unsafe { libc::dup2(fd.as_fd().as_raw_fd(), target) };
-    Errno::result(r).map(drop).map_err(|e| format!("dup2 onto fd {target}: {e}"))
+    Errno::result(r)
+        .map(drop)
+        .map_err(|e| format!("dup2 onto fd {target}: {e}"))
 }
 
 /// Must run before pivot_root: /dev/null is the agent's.
@@ -25,9 +27,18 @@ pub fn setup(fds: &mut PassedFds) -> Result<(), String> {
         return Ok(());
     }
     let null = || -> Result<OwnedFd, String> {
-        std::fs::OpenOptions::new().read(true).write(true).open("/dev/null").map(OwnedFd::from).map_err(|e| format!("open /dev/null: {e}"))
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .map(OwnedFd::from)
+            .map_err(|e| format!("open /dev/null: {e}"))
     };
-    for (t, fd) in [(0, fds.stdin.take()), (1, fds.stdout.take()), (2, fds.stderr.take())] {
+    for (t, fd) in [
+        (0, fds.stdin.take()),
+        (1, fds.stdout.take()),
+        (2, fds.stderr.take()),
+    ] {
         let fd = match fd {
             Some(fd) => fd,
             None => null()?,

@@ -11,9 +11,13 @@ use serde::{Deserialize, Serialize};
 pub enum ChildMsg {
     /// The pid (agent namespace) of the process that will run the workload,
     /// sent by the intermediate fork when a pid namespace is joined.
-    Pid { pid: i32 },
+    Pid {
+        pid: i32,
+    },
     Ready,
-    Error { message: String },
+    Error {
+        message: String,
+    },
 }
 
 /// Child side: report.
@@ -25,7 +29,11 @@ pub fn report(sock: BorrowedFd<'_>, msg: &ChildMsg) {
 pub fn wait_start(sock: BorrowedFd<'_>) -> bool {
     let mut b = [0u8; 8];
     loop {
-        match nix::sys::socket::recv(sock.as_raw_fd(), &mut b, nix::sys::socket::MsgFlags::empty()) {
+        match nix::sys::socket::recv(
+            sock.as_raw_fd(),
+            &mut b,
+            nix::sys::socket::MsgFlags::empty(),
+        ) {
             Ok(n) => return n > 0,
             Err(nix::errno::Errno::EINTR) => continue,
             Err(_) => return false,
@@ -36,8 +44,12 @@ pub fn wait_start(sock: BorrowedFd<'_>) -> bool {
 /// Closes every fd >= 3 except `keep` (a forked child must not hold the
 /// agent's sockets or another container's set-up channel).
 pub fn close_others(keep: &[RawFd]) {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
-    let fds: Vec<RawFd> = dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<RawFd> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
     for fd in fds {
         if fd >= 3 && !keep.contains(&fd) {
             // SAFETY: nothing in this freshly forked child uses fds outside `keep`.

@@ -41,11 +41,28 @@ mod tests {
 
     #[test]
     fn decisions() {
-        for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGQUIT, Signal::SIGUSR1, Signal::SIGUSR2, Signal::SIGWINCH, Signal::SIGALRM, Signal::SIGCONT, Signal::SIGTSTP, Signal::SIGPIPE] {
+        for s in [
+            Signal::SIGTERM,
+            Signal::SIGINT,
+            Signal::SIGHUP,
+            Signal::SIGQUIT,
+            Signal::SIGUSR1,
+            Signal::SIGUSR2,
+            Signal::SIGWINCH,
+            Signal::SIGALRM,
+            Signal::SIGCONT,
+            Signal::SIGTSTP,
+            Signal::SIGPIPE,
+        ] {
             assert_eq!(decide(s), Action::Forward, "{s}");
         }
         assert_eq!(decide(Signal::SIGCHLD), Action::Reap);
-        for s in [Signal::SIGKILL, Signal::SIGSTOP, Signal::SIGSEGV, Signal::SIGTTOU] {
+        for s in [
+            Signal::SIGKILL,
+            Signal::SIGSTOP,
+            Signal::SIGSEGV,
+            Signal::SIGTTOU,
+        ] {
             assert_eq!(decide(s), Action::Default, "{s}");
         }
         let set = waited_set();

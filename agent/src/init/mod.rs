@@ -62,7 +62,9 @@ fn reap(workload: Pid) -> Option<i32> {
     loop {
         match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::StillAlive) | Err(_) => return code,
-            Ok(ws) if ws.pid() == Some(workload) => code = status::encode(&ws).map(status::as_exit_code),
+            Ok(ws) if ws.pid() == Some(workload) => {
+                code = status::encode(&ws).map(status::as_exit_code)
+            }
             Ok(_) => {}
         }
     }

@@ -21,7 +21,10 @@ pub enum LaunchError {
     #[error(transparent)]
     Rlimit(#[from] rlimit::RlimitError),
     #[error("{op}: {errno}")]
-    Sys { op: String, errno: nix::errno::Errno },
+    Sys {
+        op: String,
+        errno: nix::errno::Errno,
+    },
     #[error("launch: {0}")]
     Bad(String),
 }
@@ -50,11 +53,18 @@ pub fn run() -> ! {
 }
 
 fn launch(sync: BorrowedFd<'_>) -> Result<(), LaunchError> {
+    // Only fds 0-5 are ours: a stray inherited copy of a handshake socket
+    // would keep the shim from seeing it closed.
+    crate::container::sync::close_others(&[launch::LISTEN_FD, launch::FDPASS_FD, launch::SYNC_FD]);
     let (hdr, fds) = fdpass::recv(sync).map_err(|e| LaunchError::Proto(e.to_string()))?;
     if hdr.exec_id != "launch" {
-        return Err(LaunchError::Bad(format!("expected the \"launch\" fd message, got exec_id {:?}", hdr.exec_id)));
+        return Err(LaunchError::Bad(format!(
+            "expected the \"launch\" fd message, got exec_id {:?}",
+            hdr.exec_id
+        )));
     }
-    let cfg: LaunchConfig = launch::recv_json(sync).map_err(|e| LaunchError::Proto(e.to_string()))?;
+    let cfg: LaunchConfig =
+        launch::recv_json(sync).map_err(|e| LaunchError::Proto(e.to_string()))?;
     crate::log::set_debug(cfg.debug);
     let mut ns: HashMap<String, OwnedFd> = HashMap::new();
     for (k, fd) in hdr.fds.into_iter().zip(fds) {
@@ -77,16 +87,28 @@ fn launch(sync: BorrowedFd<'_>) -> Result<(), LaunchError> {
     drop(ns);
     if cfg.userns {
         unshare(CloneFlags::CLONE_NEWUSER).map_err(sys("unshare user namespace"))?;
-        launch::send_json(sync, &SyncMsg::UsernsReady { pid: std::process::id() as i32 }).map_err(|e| LaunchError::Proto(e.to_string()))?;
+        launch::send_json(
+            sync,
+            &SyncMsg::UsernsReady {
+                pid: std::process::id() as i32,
+            },
+        )
+        .map_err(|e| LaunchError::Proto(e.to_string()))?;
         match launch::recv_json::<SyncMsg>(sync).map_err(|e| LaunchError::Proto(e.to_string()))? {
             SyncMsg::MapsWritten => {}
-            other => return Err(LaunchError::Bad(format!("expected maps_written, got {other:?}"))),
+            other => {
+                return Err(LaunchError::Bad(format!(
+                    "expected maps_written, got {other:?}"
+                )))
+            }
         }
         let root_g = Gid::from_raw(0);
-        setresgid(root_g, root_g, root_g).map_err(sys("setresgid 0 in the user namespace (is gid 0 mapped?)"))?;
+        setresgid(root_g, root_g, root_g)
+            .map_err(sys("setresgid 0 in the user namespace (is gid 0 mapped?)"))?;
         let _ = nix::unistd::setgroups(&[]);
         let root_u = Uid::from_raw(0);
-        setresuid(root_u, root_u, root_u).map_err(sys("setresuid 0 in the user namespace (is uid 0 mapped?)"))?;
+        setresuid(root_u, root_u, root_u)
+            .map_err(sys("setresuid 0 in the user namespace (is uid 0 mapped?)"))?;
     }
     let mut flags = CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID;
     for (on, f) in [
@@ -114,7 +136,13 @@ fn launch(sync: BorrowedFd<'_>) -> Result<(), LaunchError> {
             crate::sandbox::main(cfg)
         }
         ForkResult::Parent { child } => {
-            launch::send_json(sync, &SyncMsg::AgentPid { pid: child.as_raw() }).map_err(|e| LaunchError::Proto(e.to_string()))?;
+            launch::send_json(
+                sync,
+                &SyncMsg::AgentPid {
+                    pid: child.as_raw(),
+                },
+            )
+            .map_err(|e| LaunchError::Proto(e.to_string()))?;
             Ok(())
         }
     }

@@ -8,7 +8,10 @@ pub enum CapsError {
     #[error("unknown capability {0:?}")]
     Unknown(String),
     #[error("setting the {set} capability set: {source}")]
-    Set { set: &'static str, source: caps::errors::CapsError },
+    Set {
+        set: &'static str,
+        source: caps::errors::CapsError,
+    },
 }
 
 /// The sets to apply; `None` = not given in the spec (bounding: keep).
@@ -37,9 +40,15 @@ fn convert(set: &Option<Capabilities>) -> Result<CapsHashSet, CapsError> {
 }
 
 pub fn plan(c: Option<&LinuxCapabilities>) -> Result<CapPlan, CapsError> {
-    let Some(c) = c else { return Ok(CapPlan::default()) };
+    let Some(c) = c else {
+        return Ok(CapPlan::default());
+    };
     Ok(CapPlan {
-        bounding: c.bounding().as_ref().map(|_| convert(c.bounding())).transpose()?,
+        bounding: c
+            .bounding()
+            .as_ref()
+            .map(|_| convert(c.bounding()))
+            .transpose()?,
         effective: convert(c.effective())?,
         permitted: convert(c.permitted())?,
         inheritable: convert(c.inheritable())?,
@@ -50,23 +59,45 @@ pub fn plan(c: Option<&LinuxCapabilities>) -> Result<CapPlan, CapsError> {
 /// Drops from the bounding set what the plan does not keep. Runs while still
 /// root (needs CAP_SETPCAP), before the uid change.
 pub fn drop_bounding(p: &CapPlan) -> Result<(), CapsError> {
-    let Some(keep) = &p.bounding else { return Ok(()) };
+    let Some(keep) = &p.bounding else {
+        return Ok(());
+    };
     let known = caps::runtime::procfs_all_supported(None).unwrap_or_else(|_| caps::all());
     for cap in known.difference(keep) {
-        caps::drop(None, CapSet::Bounding, *cap).map_err(|source| CapsError::Set { set: "bounding", source })?;
+        caps::drop(None, CapSet::Bounding, *cap).map_err(|source| CapsError::Set {
+            set: "bounding",
+            source,
+        })?;
     }
     Ok(())
 }
 
-/// Sets permitted, inheritable, effective, then ambient (after the uid change,
-/// with PR_SET_KEEPCAPS having kept the permitted set).
+/// Sets inheritable, effective, permitted, then ambient (after the uid
+/// change, with PR_SET_KEEPCAPS having kept the permitted set). The order
+/// matters: capset(2) refuses an effective set that is not within the
+/// permitted one, and a new inheritable set needs CAP_SETPCAP in effective.
 pub fn apply_sets(p: &CapPlan) -> Result<(), CapsError> {
-    caps::set(None, CapSet::Permitted, &p.permitted).map_err(|source| CapsError::Set { set: "permitted", source })?;
-    caps::set(None, CapSet::Inheritable, &p.inheritable).map_err(|source| CapsError::Set { set: "inheritable", source })?;
-    caps::set(None, CapSet::Effective, &p.effective).map_err(|source| CapsError::Set { set: "effective", source })?;
-    caps::clear(None, CapSet::Ambient).map_err(|source| CapsError::Set { set: "ambient", source })?;
+    caps::set(None, CapSet::Inheritable, &p.inheritable).map_err(|source| CapsError::Set {
+        set: "inheritable",
+        source,
+    })?;
+    caps::set(None, CapSet::Effective, &p.effective).map_err(|source| CapsError::Set {
+        set: "effective",
+        source,
+    })?;
+    caps::set(None, CapSet::Permitted, &p.permitted).map_err(|source| CapsError::Set {
+        set: "permitted",
+        source,
+    })?;
+    caps::clear(None, CapSet::Ambient).map_err(|source| CapsError::Set {
+        set: "ambient",
+        source,
+    })?;
     for cap in &p.ambient {
-        caps::raise(None, CapSet::Ambient, *cap).map_err(|source| CapsError::Set { set: "ambient", source })?;
+        caps::raise(None, CapSet::Ambient, *cap).map_err(|source| CapsError::Set {
+            set: "ambient",
+            source,
+        })?;
     }
     Ok(())
 }
@@ -82,7 +113,10 @@ mod tests {
         )
         .unwrap();
         let p = plan(Some(&c)).unwrap();
-        assert_eq!(p.bounding.unwrap(), [Capability::CAP_CHOWN, Capability::CAP_NET_BIND_SERVICE].into());
+        assert_eq!(
+            p.bounding.unwrap(),
+            [Capability::CAP_CHOWN, Capability::CAP_NET_BIND_SERVICE].into()
+        );
         assert_eq!(p.effective, [Capability::CAP_CHOWN].into());
         assert_eq!(p.ambient, [Capability::CAP_SYS_ADMIN].into());
         assert!(p.inheritable.is_empty());

@@ -58,12 +58,17 @@ pub struct Prepared {
 }
 
 fn cstrings(v: &[String]) -> Result<Vec<CString>, ExecError> {
-    v.iter().map(|s| CString::new(s.as_bytes()).map_err(|_| ExecError::Nul)).collect()
+    v.iter()
+        .map(|s| CString::new(s.as_bytes()).map_err(|_| ExecError::Nul))
+        .collect()
 }
 
 /// Finds `name` like execvp would, with the process' own PATH.
 pub fn resolve(name: &str, env: &[String]) -> Result<PathBuf, ExecError> {
-    let path_var = env.iter().find_map(|e| e.strip_prefix("PATH=")).unwrap_or(DEFAULT_PATH);
+    let path_var = env
+        .iter()
+        .find_map(|e| e.strip_prefix("PATH="))
+        .unwrap_or(DEFAULT_PATH);
     if name.contains('/') {
         check_executable(Path::new(name))?;
         return Ok(PathBuf::from(name));
@@ -74,11 +79,17 @@ pub fn resolve(name: &str, env: &[String]) -> Result<PathBuf, ExecError> {
             return Ok(cand);
         }
     }
-    Err(ExecError::NotFound { name: name.into(), path: path_var.into() })
+    Err(ExecError::NotFound {
+        name: name.into(),
+        path: path_var.into(),
+    })
 }
 
 fn check_executable(p: &Path) -> Result<(), ExecError> {
-    let bad = |reason: String| ExecError::NotExecutable { path: p.display().to_string(), reason };
+    let bad = |reason: String| ExecError::NotExecutable {
+        path: p.display().to_string(),
+        reason,
+    };
     let md = std::fs::metadata(p).map_err(|e| bad(e.to_string()))?;
     if !md.is_file() {
         return Err(bad("not a regular file".into()));
@@ -91,14 +102,26 @@ fn check_executable(p: &Path) -> Result<(), ExecError> {
 
 /// Checks and translates `process` inside the container (after pivot_root):
 /// cwd, binary, capabilities and the seccomp filter.
-pub fn prepare(p: &Process, seccomp_spec: Option<&oci_spec::runtime::LinuxSeccomp>, start_hooks: Vec<Hook>, state_json: String) -> Result<Prepared, ExecError> {
+pub fn prepare(
+    p: &Process,
+    seccomp_spec: Option<&oci_spec::runtime::LinuxSeccomp>,
+    start_hooks: Vec<Hook>,
+    state_json: String,
+) -> Result<Prepared, ExecError> {
     let args = p.args().clone().unwrap_or_default();
     let name = args.first().ok_or(ExecError::NoArgs)?;
     let env = p.env().clone().unwrap_or_default();
     let cwd = p.cwd();
-    nix::unistd::chdir(cwd.as_path()).map_err(|errno| ExecError::Cwd { path: cwd.display().to_string(), errno })?;
+    nix::unistd::chdir(cwd.as_path()).map_err(|errno| ExecError::Cwd {
+        path: cwd.display().to_string(),
+        errno,
+    })?;
     let path = resolve(name, &env)?;
-    let caps = p.capabilities().as_ref().map(|c| caps::plan(Some(c))).transpose()?;
+    let caps = p
+        .capabilities()
+        .as_ref()
+        .map(|c| caps::plan(Some(c)))
+        .transpose()?;
     let seccomp = match seccomp_spec {
         Some(s) => {
             let (ctx, skipped) = seccomp::build(&seccomp::plan(s)?)?;
@@ -118,7 +141,12 @@ pub fn prepare(p: &Process, seccomp_spec: Option<&oci_spec::runtime::LinuxSeccom
         gid: u.gid(),
         groups: u.additional_gids().clone().unwrap_or_default(),
         umask: u.umask(),
-        rlimits: p.rlimits().iter().flatten().map(|r| (rlimit_name(r), r.soft(), r.hard())).collect(),
+        rlimits: p
+            .rlimits()
+            .iter()
+            .flatten()
+            .map(|r| (rlimit_name(r), r.soft(), r.hard()))
+            .collect(),
         no_new_privs: p.no_new_privileges().unwrap_or(false),
         caps,
         seccomp,
@@ -128,14 +156,20 @@ pub fn prepare(p: &Process, seccomp_spec: Option<&oci_spec::runtime::LinuxSeccom
 }
 
 fn rlimit_name(r: &oci_spec::runtime::PosixRlimit) -> String {
-    serde_json::to_value(r.typ()).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+    serde_json::to_value(r.typ())
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
 }
 
 /// Applies every attribute and execs. Returns only on failure.
 pub fn exec(p: Prepared) -> ExecError {
     match apply(&p) {
         Err(e) => e,
-        Ok(()) => ExecError::Exec { path: p.path.to_string_lossy().into_owned(), errno: execve(&p) },
+        Ok(()) => ExecError::Exec {
+            path: p.path.to_string_lossy().into_owned(),
+            errno: execve(&p),
+        },
     }
 }
 
@@ -156,13 +190,18 @@ fn apply(p: &Prepared) -> Result<(), ExecError> {
     if p.no_new_privs {
         user::no_new_privs()?;
     }
-    crate::sys::raw::close_from(3).map_err(|errno| ExecError::Hook(format!("close_range: {errno}")))?;
+    crate::sys::raw::close_from(3)
+        .map_err(|errno| ExecError::Hook(format!("close_range: {errno}")))?;
     if let Some(f) = &p.seccomp {
         seccomp::load(f)?;
     }
     for (i, h) in p.start_hooks.iter().enumerate() {
-        crate::container::hooks::run(crate::container::hooks::Exe::Path(h.path()), h, &p.state_json)
-            .map_err(|e| ExecError::Hook(format!("startContainer hook {i}: {e}")))?;
+        crate::container::hooks::run(
+            crate::container::hooks::Exe::Path(h.path()),
+            h,
+            &p.state_json,
+        )
+        .map_err(|e| ExecError::Hook(format!("startContainer hook {i}: {e}")))?;
     }
     Ok(())
 }
@@ -184,12 +223,20 @@ mod tests {
         let bin = d.path().join("tool");
         std::fs::write(&bin, "#!/bin/sh\n").unwrap();
         let env = vec![format!("PATH=/nonexistent:{}", d.path().display())];
-        assert!(matches!(resolve("tool", &env), Err(ExecError::NotExecutable { .. }) | Err(ExecError::NotFound { .. })));
+        assert!(matches!(
+            resolve("tool", &env),
+            Err(ExecError::NotExecutable { .. }) | Err(ExecError::NotFound { .. })
+        ));
         std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
         assert_eq!(resolve("tool", &env).unwrap(), bin);
         let err = resolve("missing-tool", &env).unwrap_err().to_string();
-        assert!(err.contains("missing-tool") && err.contains("/nonexistent"), "{err}");
-        let err = resolve(d.path().to_str().unwrap(), &env).unwrap_err().to_string();
+        assert!(
+            err.contains("missing-tool") && err.contains("/nonexistent"),
+            "{err}"
+        );
+        let err = resolve(d.path().to_str().unwrap(), &env)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("not a regular file"), "{err}");
     }
 }

@@ -8,8 +8,9 @@ use nix::sys::resource::{getrlimit, setrlimit, Resource};
 pub enum RlimitError {
     #[error("unknown rlimit {0:?}")]
     Unknown(String),
-    #[error("setrlimit {name} soft={soft} hard={hard} (in force: soft={cur_soft} hard={cur_hard}): {errno}{hint}")]
-    Set { name: String, soft: String, hard: String, cur_soft: String, cur_hard: String, errno: Errno, hint: &'static str },
+    /// The message names the limit, the values asked and in force, and the errno.
+    #[error("{message}")]
+    Set { message: String, errno: Errno },
 }
 
 pub fn resource(name: &str) -> Result<Resource, RlimitError> {
@@ -35,7 +36,11 @@ pub fn resource(name: &str) -> Result<Resource, RlimitError> {
 }
 
 fn show(v: u64) -> String {
-    if v == libc::RLIM_INFINITY { "unlimited".into() } else { v.to_string() }
+    if v == libc::RLIM_INFINITY {
+        "unlimited".into()
+    } else {
+        v.to_string()
+    }
 }
 
 /// Sets one limit by name.
@@ -48,7 +53,14 @@ pub fn set(name: &str, soft: u64, hard: u64) -> Result<(), RlimitError> {
         } else {
             ""
         };
-        RlimitError::Set { name: name.into(), soft: show(soft), hard: show(hard), cur_soft: show(cs), cur_hard: show(ch), errno, hint }
+        let message = format!(
+            "setrlimit {name} soft={} hard={} (in force: soft={} hard={}): {errno}{hint}",
+            show(soft),
+            show(hard),
+            show(cs),
+            show(ch)
+        );
+        RlimitError::Set { message, errno }
     })
 }
 
@@ -58,9 +70,15 @@ mod tests {
 
     #[test]
     fn names_map_to_resources() {
-        assert_eq!(resource("RLIMIT_MEMLOCK").unwrap(), Resource::RLIMIT_MEMLOCK);
+        assert_eq!(
+            resource("RLIMIT_MEMLOCK").unwrap(),
+            Resource::RLIMIT_MEMLOCK
+        );
         assert_eq!(resource("RLIMIT_NOFILE").unwrap(), Resource::RLIMIT_NOFILE);
-        assert!(matches!(resource("RLIMIT_BOGUS"), Err(RlimitError::Unknown(_))));
+        assert!(matches!(
+            resource("RLIMIT_BOGUS"),
+            Err(RlimitError::Unknown(_))
+        ));
         assert!(resource("memlock").is_err());
     }
 
@@ -73,8 +91,15 @@ mod tests {
                 let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
                 let ok = setrlimit(Resource::RLIMIT_NOFILE, hard.min(1024), hard.min(1024)).is_ok()
                     && nix::unistd::setresuid(1.into(), 1.into(), 1.into()).is_ok();
-                let err = set("RLIMIT_NOFILE", 4096, 4096).err().map(|e| e.to_string()).unwrap_or_default();
-                let good = ok && err.contains("RLIMIT_NOFILE") && err.contains("hard=4096") && err.contains("EPERM") && err.contains("CAP_SYS_RESOURCE");
+                let err = set("RLIMIT_NOFILE", 4096, 4096)
+                    .err()
+                    .map(|e| e.to_string())
+                    .unwrap_or_default();
+                let good = ok
+                    && err.contains("RLIMIT_NOFILE")
+                    && err.contains("hard=4096")
+                    && err.contains("EPERM")
+                    && err.contains("CAP_SYS_RESOURCE");
                 // SAFETY: _exit ends the forked child without running the parent's destructors.
                 unsafe { libc::_exit(if good { 0 } else { 1 }) };
             }

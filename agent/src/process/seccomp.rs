@@ -4,7 +4,9 @@
 
 use std::str::FromStr;
 
-use libseccomp::{ScmpAction, ScmpArch, ScmpArgCompare, ScmpCompareOp, ScmpFilterContext, ScmpSyscall};
+use libseccomp::{
+    ScmpAction, ScmpArch, ScmpArgCompare, ScmpCompareOp, ScmpFilterContext, ScmpSyscall,
+};
 use oci_spec::runtime::{LinuxSeccomp, LinuxSeccompAction, LinuxSeccompOperator};
 
 #[derive(Debug, thiserror::Error)]
@@ -14,7 +16,10 @@ pub enum SeccompError {
     #[error("seccomp: unknown architecture {0}")]
     Arch(String),
     #[error("seccomp: {what}: {source}")]
-    Lib { what: String, source: libseccomp::error::SeccompError },
+    Lib {
+        what: String,
+        source: libseccomp::error::SeccompError,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,14 +39,22 @@ pub struct Plan {
 
 fn action(a: LinuxSeccompAction, errno_ret: Option<u32>) -> Result<ScmpAction, SeccompError> {
     Ok(match a {
-        LinuxSeccompAction::ScmpActKill | LinuxSeccompAction::ScmpActKillThread => ScmpAction::KillThread,
+        LinuxSeccompAction::ScmpActKill | LinuxSeccompAction::ScmpActKillThread => {
+            ScmpAction::KillThread
+        }
         LinuxSeccompAction::ScmpActKillProcess => ScmpAction::KillProcess,
         LinuxSeccompAction::ScmpActTrap => ScmpAction::Trap,
-        LinuxSeccompAction::ScmpActErrno => ScmpAction::Errno(errno_ret.unwrap_or(libc::EPERM as u32) as i32),
-        LinuxSeccompAction::ScmpActTrace => ScmpAction::Trace(errno_ret.unwrap_or(libc::EPERM as u32) as u16),
+        LinuxSeccompAction::ScmpActErrno => {
+            ScmpAction::Errno(errno_ret.unwrap_or(libc::EPERM as u32) as i32)
+        }
+        LinuxSeccompAction::ScmpActTrace => {
+            ScmpAction::Trace(errno_ret.unwrap_or(libc::EPERM as u32) as u16)
+        }
         LinuxSeccompAction::ScmpActLog => ScmpAction::Log,
         LinuxSeccompAction::ScmpActAllow => ScmpAction::Allow,
-        LinuxSeccompAction::ScmpActNotify => return Err(SeccompError::Unsupported("SCMP_ACT_NOTIFY".into())),
+        LinuxSeccompAction::ScmpActNotify => {
+            return Err(SeccompError::Unsupported("SCMP_ACT_NOTIFY".into()))
+        }
     })
 }
 
@@ -54,7 +67,9 @@ fn op(o: LinuxSeccompOperator, value: u64, value_two: Option<u64>) -> (ScmpCompa
         LinuxSeccompOperator::ScmpCmpGe => (ScmpCompareOp::GreaterEqual, value),
         LinuxSeccompOperator::ScmpCmpGt => (ScmpCompareOp::Greater, value),
         // OCI: value is the mask, valueTwo the datum.
-        LinuxSeccompOperator::ScmpCmpMaskedEq => (ScmpCompareOp::MaskedEqual(value), value_two.unwrap_or(0)),
+        LinuxSeccompOperator::ScmpCmpMaskedEq => {
+            (ScmpCompareOp::MaskedEqual(value), value_two.unwrap_or(0))
+        }
     }
 }
 
@@ -62,7 +77,10 @@ pub fn plan(s: &LinuxSeccomp) -> Result<Plan, SeccompError> {
     let default = action(s.default_action(), s.default_errno_ret())?;
     let mut arches = Vec::new();
     for a in s.architectures().iter().flatten() {
-        let name = serde_json::to_value(a).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        let name = serde_json::to_value(a)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
         arches.push(ScmpArch::from_str(&name).map_err(|_| SeccompError::Arch(name))?);
     }
     let mut rules = Vec::new();
@@ -88,14 +106,26 @@ pub fn plan(s: &LinuxSeccomp) -> Result<Plan, SeccompError> {
         for name in sc.names() {
             if repeated {
                 for a in &args {
-                    rules.push(Rule { syscall: name.clone(), action: act, conds: vec![*a] });
+                    rules.push(Rule {
+                        syscall: name.clone(),
+                        action: act,
+                        conds: vec![*a],
+                    });
                 }
             } else {
-                rules.push(Rule { syscall: name.clone(), action: act, conds: args.clone() });
+                rules.push(Rule {
+                    syscall: name.clone(),
+                    action: act,
+                    conds: args.clone(),
+                });
             }
         }
     }
-    Ok(Plan { default, arches, rules })
+    Ok(Plan {
+        default,
+        arches,
+        rules,
+    })
 }
 
 /// Builds the filter (not loaded yet). Returns it and the skipped syscall names.
@@ -122,18 +152,28 @@ pub fn build(p: &Plan) -> Result<(ScmpFilterContext, Vec<String>), SeccompError>
         let res = if r.conds.is_empty() {
             ctx.add_rule(r.action, sys)
         } else {
-            let conds: Vec<ScmpArgCompare> = r.conds.iter().map(|(i, o, d)| ScmpArgCompare::new(*i, *o, *d)).collect();
+            let conds: Vec<ScmpArgCompare> = r
+                .conds
+                .iter()
+                .map(|(i, o, d)| ScmpArgCompare::new(*i, *o, *d))
+                .collect();
             ctx.add_rule_conditional(r.action, sys, &conds)
         };
         if let Err(source) = res {
-            return Err(SeccompError::Lib { what: format!("rule for {}", r.syscall), source });
+            return Err(SeccompError::Lib {
+                what: format!("rule for {}", r.syscall),
+                source,
+            });
         }
     }
     Ok((ctx, skipped))
 }
 
 pub fn load(ctx: &ScmpFilterContext) -> Result<(), SeccompError> {
-    ctx.load().map_err(|source| SeccompError::Lib { what: "load".into(), source })
+    ctx.load().map_err(|source| SeccompError::Lib {
+        what: "load".into(),
+        source,
+    })
 }
 
 #[cfg(test)]
@@ -161,7 +201,10 @@ mod tests {
         // "kill" repeats the default action and is dropped.
         assert_eq!(names, ["read", "write", "personality", "clone", "mount"]);
         assert_eq!(p.rules[2].conds, vec![(0, ScmpCompareOp::Equal, 8)]);
-        assert_eq!(p.rules[3].conds, vec![(0, ScmpCompareOp::MaskedEqual(2114060288), 0)]);
+        assert_eq!(
+            p.rules[3].conds,
+            vec![(0, ScmpCompareOp::MaskedEqual(2114060288), 0)]
+        );
         assert_eq!(p.rules[4].action, ScmpAction::Errno(1));
     }
 
@@ -181,7 +224,9 @@ mod tests {
     fn notify_is_refused_and_unknown_names_skipped() {
         let s = spec(r#"{"defaultAction":"SCMP_ACT_NOTIFY"}"#);
         assert!(matches!(plan(&s), Err(SeccompError::Unsupported(_))));
-        let s = spec(r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["no_such_syscall_xyz","getpid"],"action":"SCMP_ACT_ERRNO"}]}"#);
+        let s = spec(
+            r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["no_such_syscall_xyz","getpid"],"action":"SCMP_ACT_ERRNO"}]}"#,
+        );
         let (_ctx, skipped) = build(&plan(&s).unwrap()).unwrap();
         assert_eq!(skipped, ["no_such_syscall_xyz"]);
     }

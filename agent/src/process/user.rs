@@ -16,16 +16,30 @@ pub fn switch(uid: u32, gid: u32, groups: &[u32]) -> Result<(), UserError> {
     match setgroups(&gids) {
         // "setgroups deny" in a user namespace: only an empty list was wanted anyway.
         Err(Errno::EPERM) if gids.is_empty() => {}
-        Err(errno) => return Err(UserError { op: format!("setgroups {groups:?}"), errno }),
+        Err(errno) => {
+            return Err(UserError {
+                op: format!("setgroups {groups:?}"),
+                errno,
+            })
+        }
         Ok(()) => {}
     }
     let g = Gid::from_raw(gid);
-    setresgid(g, g, g).map_err(|errno| UserError { op: format!("setresgid {gid}"), errno })?;
+    setresgid(g, g, g).map_err(|errno| UserError {
+        op: format!("setresgid {gid}"),
+        errno,
+    })?;
     // SAFETY: prctl with integer arguments only.
     let r = unsafe { libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0) };
-    Errno::result(r).map_err(|errno| UserError { op: "prctl(PR_SET_KEEPCAPS)".into(), errno })?;
+    Errno::result(r).map_err(|errno| UserError {
+        op: "prctl(PR_SET_KEEPCAPS)".into(),
+        errno,
+    })?;
     let u = Uid::from_raw(uid);
-    setresuid(u, u, u).map_err(|errno| UserError { op: format!("setresuid {uid}"), errno })?;
+    setresuid(u, u, u).map_err(|errno| UserError {
+        op: format!("setresuid {uid}"),
+        errno,
+    })?;
     // SAFETY: as above.
     let _ = unsafe { libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0) };
     Ok(())
@@ -34,7 +48,10 @@ pub fn switch(uid: u32, gid: u32, groups: &[u32]) -> Result<(), UserError> {
 pub fn no_new_privs() -> Result<(), UserError> {
     // SAFETY: prctl with integer arguments only.
     let r = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
-    Errno::result(r).map(drop).map_err(|errno| UserError { op: "prctl(PR_SET_NO_NEW_PRIVS)".into(), errno })
+    Errno::result(r).map(drop).map_err(|errno| UserError {
+        op: "prctl(PR_SET_NO_NEW_PRIVS)".into(),
+        errno,
+    })
 }
 
 /// Writes /proc/self/oom_score_adj (inherited by children and across exec).

@@ -80,7 +80,13 @@ impl Reaper {
                 Ok(ws) => {
                     if let (Some(pid), Some(status)) = (ws.pid(), status::encode(&ws)) {
                         crate::debug!("reaped pid {pid}: status {status}");
-                        self.record(pid, Exit { status, at_ns: now_ns() });
+                        self.record(
+                            pid,
+                            Exit {
+                                status,
+                                at_ns: now_ns(),
+                            },
+                        );
                     }
                 }
             }
@@ -99,5 +105,8 @@ impl Reaper {
 }
 
 pub fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
 }

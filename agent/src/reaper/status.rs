@@ -27,8 +27,14 @@ mod tests {
         let p = Pid::from_raw(7);
         assert_eq!(encode(&WaitStatus::Exited(p, 0)), Some(0));
         assert_eq!(encode(&WaitStatus::Exited(p, 7)), Some(7));
-        assert_eq!(encode(&WaitStatus::Signaled(p, Signal::SIGTERM, false)), Some(143));
-        assert_eq!(encode(&WaitStatus::Signaled(p, Signal::SIGKILL, true)), Some(137));
+        assert_eq!(
+            encode(&WaitStatus::Signaled(p, Signal::SIGTERM, false)),
+            Some(143)
+        );
+        assert_eq!(
+            encode(&WaitStatus::Signaled(p, Signal::SIGKILL, true)),
+            Some(137)
+        );
         assert_eq!(encode(&WaitStatus::Stopped(p, Signal::SIGSTOP)), None);
         assert_eq!(encode(&WaitStatus::StillAlive), None);
         assert_eq!(as_exit_code(143), 143);

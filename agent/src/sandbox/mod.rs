@@ -31,7 +31,12 @@ pub fn main(cfg: LaunchConfig) -> ! {
         Ok(()) => 0,
         Err(e) => {
             crate::warn!("{e}");
-            let _ = launch::send_json(std::os::fd::AsFd::as_fd(&sync), &SyncMsg::Error { message: format!("rund-agent: {e}") });
+            let _ = launch::send_json(
+                std::os::fd::AsFd::as_fd(&sync),
+                &SyncMsg::Error {
+                    message: format!("rund-agent: {e}"),
+                },
+            );
             1
         }
     };
@@ -40,24 +45,39 @@ pub fn main(cfg: LaunchConfig) -> ! {
 
 fn run(cfg: &LaunchConfig, sync: &OwnedFd) -> Result<(), AgentError> {
     root::setup()?;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| AgentError::Runtime(e.to_string()))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| AgentError::Runtime(e.to_string()))?;
     rt.block_on(serve(cfg, sync))
 }
 
 async fn serve(cfg: &LaunchConfig, sync: &OwnedFd) -> Result<(), AgentError> {
     let rt = |e: &dyn std::fmt::Display| AgentError::Runtime(e.to_string());
     let reaper = Reaper::default();
-    let sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()).map_err(|e| rt(&e))?;
+    let sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
+        .map_err(|e| rt(&e))?;
     tokio::spawn(reaper.clone().run(sigchld));
     // SAFETY: fd 4 is the fd side channel, inherited from the shim; nothing else owns it.
-    let fdpass = FdChannel::new(unsafe { OwnedFd::from_raw_fd(launch::FDPASS_FD) }).map_err(|e| rt(&e))?;
+    let fdpass =
+        FdChannel::new(unsafe { OwnedFd::from_raw_fd(launch::FDPASS_FD) }).map_err(|e| rt(&e))?;
     let destroyed = Arc::new(tokio::sync::Notify::new());
-    let service = AgentService { reaper, fdpass, state: Default::default(), destroyed: destroyed.clone() };
+    let service = AgentService {
+        reaper,
+        fdpass,
+        state: Default::default(),
+        destroyed: destroyed.clone(),
+    };
     // SAFETY: fd 3 is the listening unix socket the shim created for us.
-    let server = unsafe { ttrpc::r#async::Server::new().add_unix_listener(launch::LISTEN_FD) }.map_err(|e| rt(&e))?;
+    let server = unsafe { ttrpc::r#async::Server::new().add_unix_listener(launch::LISTEN_FD) }
+        .map_err(|e| rt(&e))?;
     let mut server = server.register_service(rund_proto::create_agent(Arc::new(service)));
     server.start().await.map_err(|e| rt(&e))?;
-    crate::info!("sandbox {} serving (pid {})", cfg.sandbox_id, std::process::id());
+    crate::info!(
+        "sandbox {} serving (pid {})",
+        cfg.sandbox_id,
+        std::process::id()
+    );
     launch::send_json(std::os::fd::AsFd::as_fd(sync), &SyncMsg::Ready).map_err(|e| rt(&e))?;
     // Closing fd 5 ends the handshake: /dev/null replaces it, so the number
     // stays taken and the OwnedFd held by main() stays valid.

@@ -29,17 +29,37 @@ const STAGING: [&str; 4] = ["/tmp", "/mnt", "/run", "/var"];
 pub fn setup() -> Result<(), RootError> {
     let nf = None::<&str>;
     mount(nf, "/", nf, MsFlags::MS_REC | MsFlags::MS_PRIVATE, nf).map_err(e("make / rprivate"))?;
-    let staging = STAGING.iter().map(Path::new).find(|p| p.is_dir()).ok_or(RootError { op: "find a staging dir".into(), errno: Errno::ENOENT })?;
-    mount(Some("tmpfs"), staging, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some("mode=755,size=1m")).map_err(e("mount tmpfs root"))?;
+    let staging = STAGING
+        .iter()
+        .map(Path::new)
+        .find(|p| p.is_dir())
+        .ok_or(RootError {
+            op: "find a staging dir".into(),
+            errno: Errno::ENOENT,
+        })?;
+    mount(
+        Some("tmpfs"),
+        staging,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=755,size=1m"),
+    )
+    .map_err(e("mount tmpfs root"))?;
     let dir = |p: &str| -> Result<(), RootError> {
-        std::fs::create_dir_all(staging.join(p)).map_err(|err| RootError { op: format!("mkdir {p}"), errno: crate::sys::io_errno(err) })
+        std::fs::create_dir_all(staging.join(p)).map_err(|err| RootError {
+            op: format!("mkdir {p}"),
+            errno: crate::sys::io_errno(err),
+        })
     };
     for d in ["proc", "dev", "sys", ATTACH_DIR.trim_start_matches('/')] {
         dir(d)?;
     }
     for d in DEVICES {
         let target = staging.join("dev").join(d);
-        std::fs::File::create(&target).map_err(|err| RootError { op: format!("create /dev/{d}"), errno: crate::sys::io_errno(err) })?;
+        std::fs::File::create(&target).map_err(|err| RootError {
+            op: format!("create /dev/{d}"),
+            errno: crate::sys::io_errno(err),
+        })?;
         let src = format!("/dev/{d}");
         if let Err(errno) = mount(Some(src.as_str()), &target, nf, MsFlags::MS_BIND, nf) {
             // /dev/tty is missing when nothing has a terminal: not fatal.
@@ -55,7 +75,10 @@ pub fn setup() -> Result<(), RootError> {
     if let Err(errno) = mount(Some("sysfs"), &staging.join("sys"), Some("sysfs"), hard, nf) {
         crate::debug!("no sysfs for the agent: {errno}");
     }
-    std::env::set_current_dir(staging).map_err(|err| RootError { op: "chdir new root".into(), errno: crate::sys::io_errno(err) })?;
+    std::env::set_current_dir(staging).map_err(|err| RootError {
+        op: "chdir new root".into(),
+        errno: crate::sys::io_errno(err),
+    })?;
     crate::sys::raw::pivot_here().map_err(e("pivot_root"))?;
     Ok(())
 }

@@ -5,7 +5,7 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 
 use nix::errno::Errno;
-use rund_proto::fdpass::{self, FdHeader, FdPassError, FdKind};
+use rund_proto::fdpass::{self, FdHeader, FdKind, FdPassError};
 use rund_proto::launch::{self, SyncError};
 use tokio::io::unix::AsyncFd;
 
@@ -38,7 +38,10 @@ pub struct FdChannel {
 impl FdChannel {
     pub fn new(sock: OwnedFd) -> io::Result<Self> {
         nonblocking(&sock)?;
-        Ok(FdChannel { sock: register(sock)?, pending: Default::default() })
+        Ok(FdChannel {
+            sock: register(sock)?,
+            pending: Default::default(),
+        })
     }
 
     pub async fn take(&self, container_id: &str, exec_id: &str) -> Result<FdMsg, String> {
@@ -49,7 +52,11 @@ impl FdChannel {
                 return Ok(m);
             }
             let (h, fds) = self.recv().await.map_err(|e| e.to_string())?;
-            let FdHeader { container_id, exec_id, fds: kinds } = h;
+            let FdHeader {
+                container_id,
+                exec_id,
+                fds: kinds,
+            } = h;
             crate::debug!("fd message for {container_id}/{exec_id}: {kinds:?}");
             pending.insert((container_id, exec_id), (kinds, fds));
         }
@@ -57,7 +64,9 @@ impl FdChannel {
 
     async fn recv(&self) -> Result<(FdHeader, Vec<OwnedFd>), FdPassError> {
         loop {
-            let mut guard = self.sock.readable().await.map_err(|e| FdPassError::Io(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))))?;
+            let mut guard = self.sock.readable().await.map_err(|e| {
+                FdPassError::Io(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
+            })?;
             let r = guard.try_io(|s| match fdpass::recv(s.get_ref().as_fd()) {
                 Err(FdPassError::Io(Errno::EAGAIN)) => Err(io::ErrorKind::WouldBlock.into()),
                 other => Ok(other),
@@ -78,10 +87,12 @@ pub async fn await_ready(sock: &AsyncFd<OwnedFd>, expect_pid: bool) -> Result<Op
     while !ready || (expect_pid && pid.is_none()) {
         let msg = loop {
             let mut guard = sock.readable().await.map_err(|e| e.to_string())?;
-            let r = guard.try_io(|s| match launch::recv_json::<ChildMsg>(s.get_ref().as_fd()) {
-                Err(SyncError::Io(Errno::EAGAIN)) => Err(io::ErrorKind::WouldBlock.into()),
-                other => Ok(other),
-            });
+            let r = guard.try_io(
+                |s| match launch::recv_json::<ChildMsg>(s.get_ref().as_fd()) {
+                    Err(SyncError::Io(Errno::EAGAIN)) => Err(io::ErrorKind::WouldBlock.into()),
+                    other => Ok(other),
+                },
+            );
             if let Ok(Ok(r)) = r {
                 break r;
             }
@@ -90,7 +101,12 @@ pub async fn await_ready(sock: &AsyncFd<OwnedFd>, expect_pid: bool) -> Result<Op
             Ok(ChildMsg::Pid { pid: p }) => pid = Some(p),
             Ok(ChildMsg::Ready) => ready = true,
             Ok(ChildMsg::Error { message }) => return Err(message),
-            Err(SyncError::Closed) => return Err("the process died during set-up without reporting why (see the sandbox log)".into()),
+            Err(SyncError::Closed) => {
+                return Err(
+                    "the process died during set-up without reporting why (see the sandbox log)"
+                        .into(),
+                )
+            }
             Err(e) => return Err(e.to_string()),
         }
     }

@@ -25,11 +25,17 @@ pub struct SpawnError {
 }
 
 fn invalid(message: String) -> SpawnError {
-    SpawnError { code: ttrpc::Code::INVALID_ARGUMENT, message }
+    SpawnError {
+        code: ttrpc::Code::INVALID_ARGUMENT,
+        message,
+    }
 }
 
 fn internal(message: String) -> SpawnError {
-    SpawnError { code: ttrpc::Code::INTERNAL, message }
+    SpawnError {
+        code: ttrpc::Code::INTERNAL,
+        message,
+    }
 }
 
 /// Namespaces kept for execs, in join order (pid before mnt: setns(mnt)
@@ -37,13 +43,28 @@ fn internal(message: String) -> SpawnError {
 const EXEC_NS: [&str; 6] = ["net", "ipc", "uts", "cgroup", "pid", "mnt"];
 
 fn sync_pair() -> Result<(AsyncFd<OwnedFd>, OwnedFd), SpawnError> {
-    let (a, b) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).map_err(|e| internal(format!("socketpair: {e}")))?;
+    let (a, b) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| internal(format!("socketpair: {e}")))?;
     nonblocking(&a).map_err(|e| internal(format!("nonblocking: {e}")))?;
-    Ok((super::channel::register(a).map_err(|e| internal(format!("register set-up channel: {e}")))?, b))
+    Ok((
+        super::channel::register(a)
+            .map_err(|e| internal(format!("register set-up channel: {e}")))?,
+        b,
+    ))
 }
 
 /// Waits for the child's report. On failure the child is killed and reaped.
-async fn settle(reaper: &Reaper, pid: Pid, sync: AsyncFd<OwnedFd>, expect_pid: bool) -> Result<Proc, SpawnError> {
+async fn settle(
+    reaper: &Reaper,
+    pid: Pid,
+    sync: AsyncFd<OwnedFd>,
+    expect_pid: bool,
+) -> Result<Proc, SpawnError> {
     let mut exit = reaper.watch(pid);
     let res = await_ready(&sync, expect_pid).await;
     let mut real = pid;
@@ -55,7 +76,11 @@ async fn settle(reaper: &Reaper, pid: Pid, sync: AsyncFd<OwnedFd>, expect_pid: b
         exit = reaper.watch(real);
     }
     match res {
-        Ok(_) => Ok(Proc { pid: real, exit, sync: Some(sync.into_inner()) }),
+        Ok(_) => Ok(Proc {
+            pid: real,
+            exit,
+            sync: Some(sync.into_inner()),
+        }),
         Err(message) => {
             if exit.borrow().is_none() {
                 let _ = kill(real, Signal::SIGKILL);
@@ -65,17 +90,29 @@ async fn settle(reaper: &Reaper, pid: Pid, sync: AsyncFd<OwnedFd>, expect_pid: b
             if real != pid {
                 reaper.forget(pid);
             }
-            Err(SpawnError { code: ttrpc::Code::FAILED_PRECONDITION, message })
+            Err(SpawnError {
+                code: ttrpc::Code::FAILED_PRECONDITION,
+                message,
+            })
         }
     }
 }
 
-pub async fn create_init(reaper: &Reaper, id: &str, spec_json: &[u8], options_json: &[u8], terminal: bool, fds: FdMsg) -> Result<Container, SpawnError> {
-    let spec: Spec = serde_json::from_slice(spec_json).map_err(|e| invalid(format!("container {id}: bad OCI spec: {e}")))?;
+pub async fn create_init(
+    reaper: &Reaper,
+    id: &str,
+    spec_json: &[u8],
+    options_json: &[u8],
+    terminal: bool,
+    fds: FdMsg,
+) -> Result<Container, SpawnError> {
+    let spec: Spec = serde_json::from_slice(spec_json)
+        .map_err(|e| invalid(format!("container {id}: bad OCI spec: {e}")))?;
     let opts: ContainerOptions = if options_json.is_empty() {
         ContainerOptions::default()
     } else {
-        serde_json::from_slice(options_json).map_err(|e| invalid(format!("container {id}: bad options: {e}")))?
+        serde_json::from_slice(options_json)
+            .map_err(|e| invalid(format!("container {id}: bad options: {e}")))?
     };
     let plan = opts.namespaces.clone();
     let mut flags = CloneFlags::CLONE_NEWNS;
@@ -92,7 +129,14 @@ pub async fn create_init(reaper: &Reaper, id: &str, spec_json: &[u8], options_js
     }
     let seccomp = spec.linux().as_ref().and_then(|l| l.seccomp().clone());
     let (sync, child_end) = sync_pair()?;
-    let args = InitArgs { id: id.to_string(), spec, opts, fds: PassedFds::new(fds.0, fds.1), sync: child_end, terminal };
+    let args = InitArgs {
+        id: id.to_string(),
+        spec,
+        opts,
+        fds: PassedFds::new(fds.0, fds.1),
+        sync: child_end,
+        terminal,
+    };
     let pid = match clone3(flags) {
         Err(e) => return Err(internal(format!("container {id}: clone3: {e}"))),
         Ok(None) => init_main(args),
@@ -100,10 +144,15 @@ pub async fn create_init(reaper: &Reaper, id: &str, spec_json: &[u8], options_js
     };
     drop(args);
     crate::debug!("container {id}: init forked as pid {pid}");
-    let init = settle(reaper, pid, sync, plan.pid == NsSource::Fd).await.map_err(|mut e| {
-        e.message = format!("container {id}: {}", e.message.trim_start_matches(&format!("container {id}: ")));
-        e
-    })?;
+    let init = settle(reaper, pid, sync, plan.pid == NsSource::Fd)
+        .await
+        .map_err(|mut e| {
+            e.message = format!(
+                "container {id}: {}",
+                e.message.trim_start_matches(&format!("container {id}: "))
+            );
+            e
+        })?;
     let raw = init.pid.as_raw();
     let mut ns = Vec::new();
     for name in EXEC_NS {
@@ -112,18 +161,40 @@ pub async fn create_init(reaper: &Reaper, id: &str, spec_json: &[u8], options_js
         }
         match std::fs::File::open(format!("/proc/{raw}/ns/{name}")) {
             Ok(f) => ns.push((name.to_string(), OwnedFd::from(f))),
-            Err(e) => crate::warn!("container {id}: open /proc/{raw}/ns/{name}: {e} (execs will not join it)"),
+            Err(e) => crate::warn!(
+                "container {id}: open /proc/{raw}/ns/{name}: {e} (execs will not join it)"
+            ),
         }
     }
-    let pidns = (plan.pid != NsSource::Sandbox).then(|| ns_inode(raw, "pid")).flatten();
-    Ok(Container { init, execs: Default::default(), ns, pidns, seccomp })
+    let pidns = (plan.pid != NsSource::Sandbox)
+        .then(|| ns_inode(raw, "pid"))
+        .flatten();
+    Ok(Container {
+        init,
+        execs: Default::default(),
+        ns,
+        pidns,
+        seccomp,
+    })
 }
 
-pub async fn create_exec(reaper: &Reaper, c: &Container, id: &str, exec_id: &str, spec_json: &[u8], fds: FdMsg) -> Result<Proc, SpawnError> {
-    let process: Process = serde_json::from_slice(spec_json).map_err(|e| invalid(format!("exec {exec_id}: bad OCI process: {e}")))?;
+pub async fn create_exec(
+    reaper: &Reaper,
+    c: &Container,
+    id: &str,
+    exec_id: &str,
+    spec_json: &[u8],
+    fds: FdMsg,
+) -> Result<Proc, SpawnError> {
+    let process: Process = serde_json::from_slice(spec_json)
+        .map_err(|e| invalid(format!("exec {exec_id}: bad OCI process: {e}")))?;
     let mut ns = Vec::new();
     for (name, fd) in &c.ns {
-        ns.push((name.clone(), fd.try_clone().map_err(|e| internal(format!("dup ns fd: {e}")))?));
+        ns.push((
+            name.clone(),
+            fd.try_clone()
+                .map_err(|e| internal(format!("dup ns fd: {e}")))?,
+        ));
     }
     let (sync, child_end) = sync_pair()?;
     let args = ExecArgs {

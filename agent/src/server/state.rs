@@ -60,17 +60,25 @@ impl State {
 /// The inode of /proc/<pid>/ns/<name>.
 pub fn ns_inode(pid: i32, name: &str) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(format!("/proc/{pid}/ns/{name}")).ok().map(|m| m.ino())
+    std::fs::metadata(format!("/proc/{pid}/ns/{name}"))
+        .ok()
+        .map(|m| m.ino())
 }
 
 /// Every pid (agent namespace) that belongs to a container: the members of
 /// its pid namespace, or else the init and its descendants.
 pub fn container_pids(c: &Container) -> Vec<i32> {
     let all: Vec<i32> = std::fs::read_dir("/proc")
-        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
         .unwrap_or_default();
     if let Some(ino) = c.pidns {
-        return all.into_iter().filter(|p| ns_inode(*p, "pid") == Some(ino)).collect();
+        return all
+            .into_iter()
+            .filter(|p| ns_inode(*p, "pid") == Some(ino))
+            .collect();
     }
     let parents: HashMap<i32, i32> = all.iter().filter_map(|p| Some((*p, ppid(*p)?))).collect();
     let mut members = vec![c.init.pid.as_raw()];

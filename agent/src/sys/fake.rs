@@ -32,19 +32,46 @@ impl Recorder {
 }
 
 impl Syscall for Recorder {
-    fn mount(&self, src: Option<&str>, target: &Path, fstype: Option<&str>, flags: MsFlags, data: Option<&str>) -> Result<(), Errno> {
+    fn mount(
+        &self,
+        src: Option<&str>,
+        target: &Path,
+        fstype: Option<&str>,
+        flags: MsFlags,
+        data: Option<&str>,
+    ) -> Result<(), Errno> {
         if fstype.is_some_and(|t| self.refuse.contains(t)) {
             return Err(Errno::EPERM);
         }
-        self.log(format!("mount {} {} {} {:#x} {}", src.unwrap_or("-"), target.display(), fstype.unwrap_or("-"), flags.bits(), data.unwrap_or("")));
+        self.log(format!(
+            "mount {} {} {} {:#x} {}",
+            src.unwrap_or("-"),
+            target.display(),
+            fstype.unwrap_or("-"),
+            flags.bits(),
+            data.unwrap_or("")
+        ));
         Ok(())
     }
     fn move_mount(&self, from: BorrowedFd<'_>, target: &Path) -> Result<(), Errno> {
-        self.log(format!("move_mount fd{} {}", from.as_raw_fd(), target.display()));
+        self.log(format!(
+            "move_mount fd{} {}",
+            from.as_raw_fd(),
+            target.display()
+        ));
         Ok(())
     }
-    fn mount_setattr(&self, target: &Path, set: u64, clr: u64, recursive: bool) -> Result<(), Errno> {
-        self.log(format!("setattr {} set={set:#x} clr={clr:#x} rec={recursive}", target.display()));
+    fn mount_setattr(
+        &self,
+        target: &Path,
+        set: u64,
+        clr: u64,
+        recursive: bool,
+    ) -> Result<(), Errno> {
+        self.log(format!(
+            "setattr {} set={set:#x} clr={clr:#x} rec={recursive}",
+            target.display()
+        ));
         Ok(())
     }
     fn mkdir_all(&self, path: &Path) -> Result<(), Errno> {
@@ -58,7 +85,12 @@ impl Syscall for Recorder {
         Ok(())
     }
     fn mknod(&self, path: &Path, kind: SFlag, mode: u32, dev: u64) -> Result<(), Errno> {
-        self.log(format!("mknod {} {:o} {:o} {dev:#x}", path.display(), kind.bits(), mode));
+        self.log(format!(
+            "mknod {} {:o} {:o} {dev:#x}",
+            path.display(),
+            kind.bits(),
+            mode
+        ));
         Ok(())
     }
     fn chown(&self, path: &Path, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno> {

@@ -52,7 +52,12 @@ struct MountAttr {
 /// `mount_setattr(AT_FDCWD, target, [AT_RECURSIVE], {set, clr})`.
 pub fn mount_setattr(target: &Path, set: u64, clr: u64, recursive: bool) -> Result<(), Errno> {
     let c = cpath(target)?;
-    let attr = MountAttr { attr_set: set, attr_clr: clr, propagation: 0, userns_fd: 0 };
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: clr,
+        propagation: 0,
+        userns_fd: 0,
+    };
     let flags = if recursive { libc::AT_RECURSIVE } else { 0 };
     // SAFETY: attr lives across the call and its size is passed along.
     let r = unsafe {
@@ -78,7 +83,11 @@ pub fn clone3(flags: CloneFlags) -> Result<Option<Pid>, Errno> {
     // SAFETY: no stack is given, so the child continues on a copy of ours like
     // fork(); the caller (single-threaded) only runs set-up code in the child.
     let r = unsafe {
-        libc::syscall(libc::SYS_clone3, &mut args as *mut libc::clone_args, std::mem::size_of::<libc::clone_args>())
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut libc::clone_args,
+            std::mem::size_of::<libc::clone_args>(),
+        )
     };
     match Errno::result(r)? {
         0 => Ok(None),
@@ -128,6 +137,14 @@ pub fn fexecve(fd: BorrowedFd<'_>, argv: &[CString], envp: &[CString]) -> Errno 
     e.push(std::ptr::null());
     let empty = c"";
     // SAFETY: argv/envp are NULL-terminated arrays of valid C strings that outlive the call.
-    unsafe { libc::execveat(fd.as_raw_fd(), empty.as_ptr(), a.as_ptr() as *const *mut libc::c_char, e.as_ptr() as *const *mut libc::c_char, libc::AT_EMPTY_PATH) };
+    unsafe {
+        libc::execveat(
+            fd.as_raw_fd(),
+            empty.as_ptr(),
+            a.as_ptr() as *const *mut libc::c_char,
+            e.as_ptr() as *const *mut libc::c_char,
+            libc::AT_EMPTY_PATH,
+        )
+    };
     Errno::last()
 }

@@ -50,7 +50,9 @@ where
                 last = last.max(end);
                 each.push(r.map(|()| ms(d)));
             }
-            Err(_) => each.push(Err(CtrError::Spawn(std::io::Error::other("thread panicked")))),
+            Err(_) => each.push(Err(CtrError::Spawn(std::io::Error::other(
+                "thread panicked",
+            )))),
         }
         progress.inc(1);
     }
@@ -81,24 +83,35 @@ pub fn run(
         ctr.run_detached(&rt2, &rootfs, id, &["/bin/sleep", "100000"])
     });
 
-    let mut errors = Vec::new();
-    let mut latencies = Vec::new();
-    let mut started_ids = Vec::new();
-    for (id, r) in ids.iter().zip(start.each) {
-        match r {
-            Ok(l) => {
-                latencies.push(l);
-                started_ids.push(id.clone());
-            }
-            Err(e) => note_error(&mut errors, short_error(&e, id)),
-        }
-    }
     let tasks = env.ctr.tasks().unwrap_or_default();
     let running: Vec<_> = tasks
         .iter()
         .filter(|t| ids.contains(&t.id) && t.status == "RUNNING")
         .collect();
     let running_count = running.len();
+    let is_running = |id: &str| running.iter().any(|t| t.id == id);
+
+    // A container counts only if ctr succeeded AND its task is RUNNING: a
+    // task that dies at once must not lend its (short) latency to the figures.
+    let mut errors = Vec::new();
+    let mut latencies = Vec::new();
+    let mut started_ids = Vec::new();
+    for (id, r) in ids.iter().zip(start.each) {
+        match r {
+            Ok(l) => {
+                if is_running(id) {
+                    latencies.push(l);
+                } else {
+                    note_error(
+                        &mut errors,
+                        "`ctr run -d` succeeded but the task was not RUNNING right after".into(),
+                    );
+                }
+                started_ids.push(id.clone());
+            }
+            Err(e) => note_error(&mut errors, short_error(&e, id)),
+        }
+    }
 
     let dens = opts.density.then(|| {
         progress.phase(format!("{} density N={n}", rt.kind.label()));
@@ -139,7 +152,7 @@ pub fn run(
         wall_ms: start.wall_ms,
         started: started_ids.len(),
         running: running_count,
-        failures: n - running_count.min(started_ids.len()),
+        failures: n - latencies.len(),
         errors,
         latency: Summary::of(&latencies),
         latencies_ms: latencies,

@@ -26,7 +26,8 @@ pub fn parse_line(line: &str) -> Option<TaskEvent> {
     let v: serde_json::Value = serde_json::from_str(json).ok()?;
     let container_id = v.get("container_id")?.as_str()?.to_string();
     // protobuf JSON omits zero values: a missing exit_status on exit means 0.
-    let exit_status = (kind == "exit").then(|| v.get("exit_status").and_then(|s| s.as_i64()).unwrap_or(0));
+    let exit_status =
+        (kind == "exit").then(|| v.get("exit_status").and_then(|s| s.as_i64()).unwrap_or(0));
     Some(TaskEvent {
         kind: kind.to_string(),
         container_id,
@@ -41,8 +42,16 @@ pub struct Events {
 
 impl Events {
     pub fn subscribe(ctr: &Ctr) -> std::io::Result<Events> {
-        let mut child = ctr.command().arg("events").stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
-        let out = child.stdout.take().ok_or_else(|| std::io::Error::other("no stdout"))?;
+        let mut child = ctr
+            .command()
+            .arg("events")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let out = child
+            .stdout
+            .take()
+            .ok_or_else(|| std::io::Error::other("no stdout"))?;
         let (tx, rx) = mpsc::channel();
         thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
@@ -57,7 +66,12 @@ impl Events {
     }
 
     /// Waits until `kind` arrives for `id`, dropping other events.
-    pub fn wait_for(&self, id: &str, kind: &str, deadline: Instant) -> Option<(TaskEvent, Instant)> {
+    pub fn wait_for(
+        &self,
+        id: &str,
+        kind: &str,
+        deadline: Instant,
+    ) -> Option<(TaskEvent, Instant)> {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.rx.recv_timeout(left.max(Duration::from_millis(1))) {
@@ -67,7 +81,9 @@ impl Events {
                         return None;
                     }
                 }
-                Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => return None,
+                Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
+                    return None
+                }
             }
         }
     }
@@ -96,6 +112,9 @@ mod tests {
         assert_eq!(parse_line(zero).unwrap().exit_status, Some(0));
         let start = r#"d t +0000 UTC ns /tasks/start {"container_id":"t1","pid":1}"#;
         assert_eq!(parse_line(start).unwrap().exit_status, None);
-        assert_eq!(parse_line(r#"d t +0000 UTC ns /containers/create {"id":"t1"}"#), None);
+        assert_eq!(
+            parse_line(r#"d t +0000 UTC ns /containers/create {"id":"t1"}"#),
+            None
+        );
     }
 }

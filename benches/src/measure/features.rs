@@ -47,7 +47,11 @@ pub struct Options<'a> {
 
 /// Steps the progress bar gets per switch when it is measured.
 pub fn steps(sw: &Switch, iterations: usize, concurrency: &[usize]) -> u64 {
-    let c: usize = if sw.concurrent { concurrency.iter().map(|n| 2 * n).sum() } else { 0 };
+    let c: usize = if sw.concurrent {
+        concurrency.iter().map(|n| 2 * n).sum()
+    } else {
+        0
+    };
     (2 * (iterations + c)) as u64
 }
 
@@ -64,7 +68,12 @@ pub fn run(env: &BenchEnv, opts: &Options, progress: &Progress) -> Vec<FeatureRe
         let mut fr = FeatureResult {
             feature: sw.feature.into(),
             variants: sw.variants.map(String::from),
-            config_paths: [0, 1].map(|i| paths.as_ref().map(|p| p[i].display().to_string()).unwrap_or_default()),
+            config_paths: [0, 1].map(|i| {
+                paths
+                    .as_ref()
+                    .map(|p| p[i].display().to_string())
+                    .unwrap_or_default()
+            }),
             supported: false,
             note: String::new(),
             single_start: Default::default(),
@@ -96,17 +105,38 @@ pub fn run(env: &BenchEnv, opts: &Options, progress: &Progress) -> Vec<FeatureRe
         }
         progress.phase(format!("rund {} on/off single start", sw.feature));
         let variant_of = |rt: &Runtime| {
-            if rt.config_path == rts[0].config_path { sw.variants[0] } else { sw.variants[1] }.to_string()
+            if rt.config_path == rts[0].config_path {
+                sw.variants[0]
+            } else {
+                sw.variants[1]
+            }
+            .to_string()
         };
-        let mut sets = single::run(env, &rts, opts.iterations, &format!("f{}", sw.feature), variant_of, progress);
-        fr.single_start = sw.variants.map(|v| sets.remove(v).unwrap_or_else(SampleSet::default));
+        let mut sets = single::run(
+            env,
+            &rts,
+            opts.iterations,
+            &format!("f{}", sw.feature),
+            variant_of,
+            progress,
+        );
+        fr.single_start = sw
+            .variants
+            .map(|v| sets.remove(v).unwrap_or_else(SampleSet::default));
         if sw.concurrent {
             for &n in opts.concurrency {
                 for (i, rt) in rts.iter().enumerate() {
                     if interrupted() {
                         break;
                     }
-                    let mut r = concurrent::run(env, rt, n, 100 + i, &concurrent::Options { density: false }, progress);
+                    let mut r = concurrent::run(
+                        env,
+                        rt,
+                        n,
+                        100 + i,
+                        &concurrent::Options { density: false },
+                        progress,
+                    );
                     r.variant = Some(sw.variants[i].to_string());
                     fr.concurrent[i].push(r);
                 }
@@ -117,11 +147,15 @@ pub fn run(env: &BenchEnv, opts: &Options, progress: &Progress) -> Vec<FeatureRe
     out
 }
 
-fn config_paths(sw: &Switch, dir: &Path, overrides: &BTreeMap<String, PathBuf>) -> std::io::Result<[PathBuf; 2]> {
+fn config_paths(
+    sw: &Switch,
+    dir: &Path,
+    overrides: &BTreeMap<String, PathBuf>,
+) -> std::io::Result<[PathBuf; 2]> {
     let mut out: [PathBuf; 2] = Default::default();
-    for i in 0..2 {
+    for (i, slot) in out.iter_mut().enumerate() {
         let key = format!("{}-{}", sw.feature, sw.variants[i]);
-        out[i] = match overrides.get(&key) {
+        *slot = match overrides.get(&key) {
             Some(p) => p.clone(),
             None => {
                 let p = dir.join(format!("{key}.toml"));
@@ -134,12 +168,22 @@ fn config_paths(sw: &Switch, dir: &Path, overrides: &BTreeMap<String, PathBuf>) 
 }
 
 /// Evidence that the shim honours the switch, or why not.
-fn probe(sw: &Switch, env: &BenchEnv, rts: &[Runtime; 2], bin_dir: Option<&Path>) -> Result<String, String> {
+fn probe(
+    sw: &Switch,
+    env: &BenchEnv,
+    rts: &[Runtime; 2],
+    bin_dir: Option<&Path>,
+) -> Result<String, String> {
     match sw.feature {
         "userns" => {
             let map = |rt: &Runtime, i: usize| {
                 env.ctr
-                    .run_rm(rt, &env.rootfs, &format!("rund-probe-userns-{i}"), &["/bin/cat", "/proc/self/uid_map"])
+                    .run_rm(
+                        rt,
+                        &env.rootfs,
+                        &format!("rund-probe-userns-{i}"),
+                        &["/bin/cat", "/proc/self/uid_map"],
+                    )
                     .map(|(out, _)| out.split_whitespace().collect::<Vec<_>>().join(" "))
                     .map_err(|e| {
                         let _ = env.ctr.remove_everything(&format!("rund-probe-userns-{i}"));
@@ -150,15 +194,23 @@ fn probe(sw: &Switch, env: &BenchEnv, rts: &[Runtime; 2], bin_dir: Option<&Path>
             let off = map(&rts[1], 1).map_err(|e| format!("probe with userns off failed: {e}"))?;
             let identity = "0 0 4294967295";
             if on == identity || on == off {
-                return Err(format!("the shim ignores the userns switch (uid_map on: {on:?}, off: {off:?})"));
+                return Err(format!(
+                    "the shim ignores the userns switch (uid_map on: {on:?}, off: {off:?})"
+                ));
             }
             Ok(format!("uid_map on: {on:?}, off: {off:?}"))
         }
         "cgroup-pool" => {
-            let cli = bin_dir.map(|d| d.join("rund")).filter(|p| p.is_file()).ok_or("no `rund` CLI next to the shim")?;
+            let cli = bin_dir
+                .map(|d| d.join("rund"))
+                .filter(|p| p.is_file())
+                .ok_or("no `rund` CLI next to the shim")?;
             let out = std::process::Command::new(&cli)
                 .args(["pool", "status"])
-                .env("RUND_CONFIG", &rts[0].config_path.clone().unwrap_or_default())
+                .env(
+                    "RUND_CONFIG",
+                    rts[0].config_path.clone().unwrap_or_default(),
+                )
                 .output()
                 .map_err(|e| format!("cannot run {}: {e}", cli.display()))?;
             if !out.status.success() {

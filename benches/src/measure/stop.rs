@@ -79,13 +79,17 @@ fn one(
         std::thread::sleep(Duration::from_millis(20));
     }
     let t0 = Instant::now();
-    env.ctr.kill(id, "SIGTERM").map_err(|e| short_error(&e, id))?;
+    env.ctr
+        .kill(id, "SIGTERM")
+        .map_err(|e| short_error(&e, id))?;
     if let Some((ev, t)) = events.wait_for(id, "exit", t0 + cap) {
         set.samples_ms.push(ms(t - t0));
         set.capped.push(false);
         set.exit_status.push(ev.exit_status);
     } else {
-        env.ctr.kill(id, "SIGKILL").map_err(|e| short_error(&e, id))?;
+        env.ctr
+            .kill(id, "SIGKILL")
+            .map_err(|e| short_error(&e, id))?;
         let ev = events.wait_for(id, "exit", Instant::now() + SETUP_TIMEOUT);
         set.samples_ms.push(ms(cap));
         set.capped.push(true);

@@ -6,7 +6,14 @@ use crate::stats::{percentile_sorted, ratio, Summary};
 
 const MIB: f64 = 1024.0;
 
-fn row(figure: String, unit: &str, rund: Option<f64>, runc: Option<f64>, ratio_ok: bool, note: String) -> TableRow {
+fn row(
+    figure: String,
+    unit: &str,
+    rund: Option<f64>,
+    runc: Option<f64>,
+    ratio_ok: bool,
+    note: String,
+) -> TableRow {
     TableRow {
         figure,
         unit: unit.into(),
@@ -34,7 +41,10 @@ fn median_of(v: Vec<f64>) -> Option<f64> {
 }
 
 fn pooled_latency(runs: &[&ConcurrentRun], p: f64) -> Option<f64> {
-    let mut all: Vec<f64> = runs.iter().flat_map(|r| r.latencies_ms.iter().copied()).collect();
+    let mut all: Vec<f64> = runs
+        .iter()
+        .flat_map(|r| r.latencies_ms.iter().copied())
+        .collect();
     if all.is_empty() {
         return None;
     }
@@ -45,7 +55,8 @@ fn pooled_latency(runs: &[&ConcurrentRun], p: f64) -> Option<f64> {
 pub fn build(results: &Results) -> Vec<TableRow> {
     let mut rows = Vec::new();
     let get = |k: RuntimeKind| results.single_start.get(k.label());
-    let single = |k: RuntimeKind, f: fn(&Summary) -> f64| get(k).and_then(|s| s.summary.as_ref()).map(f);
+    let single =
+        |k: RuntimeKind, f: fn(&Summary) -> f64| get(k).and_then(|s| s.summary.as_ref()).map(f);
     let fails = |k: RuntimeKind| get(k).map(|s| s.failures as f64);
     if !results.single_start.is_empty() {
         let n = |k: RuntimeKind| get(k).map(|s| s.samples_ms.len()).unwrap_or(0);
@@ -64,7 +75,14 @@ pub fn build(results: &Results) -> Vec<TableRow> {
                 note.clone(),
             ));
         }
-        rows.push(row("single start failures".into(), "count", fails(RuntimeKind::Rund), fails(RuntimeKind::Runc), false, String::new()));
+        rows.push(row(
+            "single start failures".into(),
+            "count",
+            fails(RuntimeKind::Rund),
+            fails(RuntimeKind::Runc),
+            false,
+            String::new(),
+        ));
     }
 
     for n in &results.meta.concurrency {
@@ -73,15 +91,57 @@ pub fn build(results: &Results) -> Vec<TableRow> {
         if rd.is_empty() && rc.is_empty() {
             continue;
         }
-        let wall = |r: &[&ConcurrentRun]| median_of(r.iter().filter(|x| x.started > 0).map(|x| x.wall_ms / 1e3).collect());
-        let failures = |r: &[&ConcurrentRun]| (!r.is_empty()).then(|| r.iter().map(|x| x.failures as f64).sum());
-        let td = |r: &[&ConcurrentRun]| median_of(r.iter().filter_map(|x| x.teardown.as_ref()).map(|t| t.wall_ms / 1e3).collect());
-        let td_fail = |r: &[&ConcurrentRun]| {
-            (!r.is_empty()).then(|| r.iter().filter_map(|x| x.teardown.as_ref()).map(|t| t.failures as f64).sum())
+        // Wall and teardown times mean "all N" only for runs without failures.
+        let clean = |r: &[&ConcurrentRun]| -> Vec<f64> {
+            r.iter()
+                .filter(|x| x.failures == 0)
+                .map(|x| x.wall_ms / 1e3)
+                .collect()
         };
-        let rounds = format!("rounds = {} / {}", rd.len(), rc.len());
-        rows.push(row(format!("{n} concurrent: wall until all running"), "s", wall(&rd), wall(&rc), true, rounds));
-        rows.push(row(format!("{n} concurrent: failures"), "count", failures(&rd), failures(&rc), false, String::new()));
+        let wall = |r: &[&ConcurrentRun]| median_of(clean(r));
+        let failures = |r: &[&ConcurrentRun]| {
+            (!r.is_empty()).then(|| r.iter().map(|x| x.failures as f64).sum())
+        };
+        let td = |r: &[&ConcurrentRun]| {
+            median_of(
+                r.iter()
+                    .filter(|x| x.failures == 0)
+                    .filter_map(|x| x.teardown.as_ref())
+                    .map(|t| t.wall_ms / 1e3)
+                    .collect(),
+            )
+        };
+        let td_fail = |r: &[&ConcurrentRun]| {
+            (!r.is_empty()).then(|| {
+                r.iter()
+                    .filter_map(|x| x.teardown.as_ref())
+                    .map(|t| t.failures as f64)
+                    .sum()
+            })
+        };
+        let rounds = format!(
+            "rounds without failures {}/{} / {}/{}",
+            clean(&rd).len(),
+            rd.len(),
+            clean(&rc).len(),
+            rc.len()
+        );
+        rows.push(row(
+            format!("{n} concurrent: wall until all running"),
+            "s",
+            wall(&rd),
+            wall(&rc),
+            true,
+            rounds,
+        ));
+        rows.push(row(
+            format!("{n} concurrent: failures"),
+            "count",
+            failures(&rd),
+            failures(&rc),
+            false,
+            String::new(),
+        ));
         for (name, p) in [("p50", 50.0), ("p99", 99.0)] {
             rows.push(row(
                 format!("{n} concurrent: per-container {name}"),
@@ -92,8 +152,22 @@ pub fn build(results: &Results) -> Vec<TableRow> {
                 String::new(),
             ));
         }
-        rows.push(row(format!("{n} teardown: kill+delete wall"), "s", td(&rd), td(&rc), true, String::new()));
-        rows.push(row(format!("{n} teardown: failures"), "count", td_fail(&rd), td_fail(&rc), false, String::new()));
+        rows.push(row(
+            format!("{n} teardown: kill+delete wall"),
+            "s",
+            td(&rd),
+            td(&rc),
+            true,
+            String::new(),
+        ));
+        rows.push(row(
+            format!("{n} teardown: failures"),
+            "count",
+            td_fail(&rd),
+            td_fail(&rc),
+            false,
+            String::new(),
+        ));
     }
 
     density_rows(results, &mut rows);
@@ -104,7 +178,10 @@ pub fn build(results: &Results) -> Vec<TableRow> {
 /// Density at the largest N that has a measure for some runtime.
 fn density_rows(results: &Results, rows: &mut Vec<TableRow>) {
     let dens = |k: RuntimeKind, n: usize| -> Option<Density> {
-        let ds: Vec<&Density> = runs_of(results, k, n).into_iter().filter_map(|r| r.density.as_ref()).collect();
+        let ds: Vec<&Density> = runs_of(results, k, n)
+            .into_iter()
+            .filter_map(|r| r.density.as_ref())
+            .collect();
         // Pool the rounds: totals and pod counts add up.
         let mut acc = Density::default();
         for d in &ds {
@@ -125,15 +202,33 @@ fn density_rows(results: &Results, rows: &mut Vec<TableRow>) {
         return;
     };
     let (drd, drc) = (dens(RuntimeKind::Rund, n), dens(RuntimeKind::Runc, n));
-    let pods = |d: &Option<Density>| d.as_ref().map(|d| format!("{}", d.pods)).unwrap_or("-".into());
+    let pods = |d: &Option<Density>| {
+        d.as_ref()
+            .map(|d| format!("{}", d.pods))
+            .unwrap_or("-".into())
+    };
     let note = format!("N = {n}, pods found {} / {}", pods(&drd), pods(&drc));
     for pss in [false, true] {
         let kind = if pss { "PSS" } else { "RSS" };
         let pp = |d: &Option<Density>| d.as_ref().and_then(|d| d.per_pod(pss));
         let (a, b) = (pp(&drd), pp(&drc));
         let mib = |v: Option<(f64, f64, f64)>, f: fn((f64, f64, f64)) -> f64| v.map(|t| f(t) / MIB);
-        rows.push(row(format!("per-pod {kind}: shim"), "MiB", mib(a, |t| t.0), mib(b, |t| t.0), true, note.clone()));
-        rows.push(row(format!("per-pod {kind}: agent + inits"), "MiB", mib(a, |t| t.1), mib(b, |t| t.1), false, String::new()));
+        rows.push(row(
+            format!("per-pod {kind}: shim"),
+            "MiB",
+            mib(a, |t| t.0),
+            mib(b, |t| t.0),
+            true,
+            note.clone(),
+        ));
+        rows.push(row(
+            format!("per-pod {kind}: agent + inits"),
+            "MiB",
+            mib(a, |t| t.1),
+            mib(b, |t| t.1),
+            false,
+            String::new(),
+        ));
         rows.push(row(
             format!("per-pod {kind}: shim + agent + inits (vs runc-v2 shim)"),
             "MiB",
@@ -150,7 +245,11 @@ fn stop_rows(results: &Results, rows: &mut Vec<TableRow>) {
         return;
     }
     let get = |k: RuntimeKind| results.stop.get(k.label());
-    let med = |k: RuntimeKind| get(k).and_then(|s| s.summary.as_ref()).map(|s| s.median / 1e3);
+    let med = |k: RuntimeKind| {
+        get(k)
+            .and_then(|s| s.summary.as_ref())
+            .map(|s| s.median / 1e3)
+    };
     let mut notes = Vec::new();
     for k in [RuntimeKind::Rund, RuntimeKind::Runc] {
         if let Some(s) = get(k) {
@@ -166,7 +265,8 @@ fn stop_rows(results: &Results, rows: &mut Vec<TableRow>) {
         }
     }
     // The median is a lower bound when at least half the samples hit the cap.
-    let at_least = |k: RuntimeKind| get(k).is_some_and(|s| 2 * s.capped_count() >= s.samples_ms.len().max(1));
+    let at_least =
+        |k: RuntimeKind| get(k).is_some_and(|s| 2 * s.capped_count() >= s.samples_ms.len().max(1));
     let mut r = row(
         "stop latency: TERM to exit, `sh -c 'sleep 1000 & wait'` (median)".into(),
         "s",
@@ -179,5 +279,12 @@ fn stop_rows(results: &Results, rows: &mut Vec<TableRow>) {
     r.runc_at_least = at_least(RuntimeKind::Runc);
     rows.push(r);
     let fails = |k: RuntimeKind| get(k).map(|s| s.failures as f64);
-    rows.push(row("stop latency: failures".into(), "count", fails(RuntimeKind::Rund), fails(RuntimeKind::Runc), false, String::new()));
+    rows.push(row(
+        "stop latency: failures".into(),
+        "count",
+        fails(RuntimeKind::Rund),
+        fails(RuntimeKind::Runc),
+        false,
+        String::new(),
+    ));
 }

@@ -24,17 +24,26 @@ fn color(k: RuntimeKind) -> &'static str {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// 1-2-5 ticks covering [lo, hi].
 pub fn nice_ticks(lo: f64, hi: f64, want: usize) -> Vec<f64> {
-    if !(hi > lo) || !lo.is_finite() || !hi.is_finite() {
+    if hi.partial_cmp(&lo) != Some(std::cmp::Ordering::Greater)
+        || !lo.is_finite()
+        || !hi.is_finite()
+    {
         return vec![lo];
     }
     let raw = (hi - lo) / want.max(1) as f64;
     let mag = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * mag).find(|s| *s >= raw).unwrap_or(10.0 * mag);
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .map(|m| m * mag)
+        .find(|s| *s >= raw)
+        .unwrap_or(10.0 * mag);
     let first = (lo / step).floor() as i64;
     (first..)
         .map(|i| i as f64 * step)
@@ -69,29 +78,74 @@ impl Panel {
 
     fn frame(&self, s: &mut String, title: &str, xlabel: &str, ylabel: &str) {
         let (x0, y1) = (self.x0, TOP + PANEL_H);
-        let _ = writeln!(s, r#"<text x="{}" y="{}" class="title">{}</text>"#, x0, TOP - 14.0, esc(title));
-        let _ = writeln!(s, r##"<rect x="{x0}" y="{TOP}" width="{PANEL_W}" height="{PANEL_H}" fill="none" stroke="#444"/>"##);
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" class="title">{}</text>"#,
+            x0,
+            TOP - 14.0,
+            esc(title)
+        );
+        let _ = writeln!(
+            s,
+            r##"<rect x="{x0}" y="{TOP}" width="{PANEL_W}" height="{PANEL_H}" fill="none" stroke="#444"/>"##
+        );
         for t in nice_ticks(0.0, self.xmax, 6) {
             let x = self.px(t);
-            let _ = writeln!(s, r##"<line x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{y1}" stroke="#eee"/><text x="{x:.1}" y="{}" class="tick" text-anchor="middle">{}</text>"##, y1 + 16.0, fmt_tick(t));
+            let _ = writeln!(
+                s,
+                r##"<line x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{y1}" stroke="#eee"/><text x="{x:.1}" y="{}" class="tick" text-anchor="middle">{}</text>"##,
+                y1 + 16.0,
+                fmt_tick(t)
+            );
         }
         for t in nice_ticks(0.0, self.ymax, 5) {
             let y = self.py(t);
-            let _ = writeln!(s, r##"<line x1="{x0}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#eee"/><text x="{}" y="{:.1}" class="tick" text-anchor="end">{}</text>"##, x0 + PANEL_W, x0 - 6.0, y + 4.0, fmt_tick(t));
+            let _ = writeln!(
+                s,
+                r##"<line x1="{x0}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#eee"/><text x="{}" y="{:.1}" class="tick" text-anchor="end">{}</text>"##,
+                x0 + PANEL_W,
+                x0 - 6.0,
+                y + 4.0,
+                fmt_tick(t)
+            );
         }
-        let _ = writeln!(s, r#"<text x="{}" y="{}" class="label" text-anchor="middle">{}</text>"#, x0 + PANEL_W / 2.0, y1 + 36.0, esc(xlabel));
-        let _ = writeln!(s, r#"<text transform="translate({},{}) rotate(-90)" class="label" text-anchor="middle">{}</text>"#, x0 - 45.0, TOP + PANEL_H / 2.0, esc(ylabel));
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" class="label" text-anchor="middle">{}</text>"#,
+            x0 + PANEL_W / 2.0,
+            y1 + 36.0,
+            esc(xlabel)
+        );
+        let _ = writeln!(
+            s,
+            r#"<text transform="translate({},{}) rotate(-90)" class="label" text-anchor="middle">{}</text>"#,
+            x0 - 45.0,
+            TOP + PANEL_H / 2.0,
+            esc(ylabel)
+        );
     }
 
     fn polyline(&self, s: &mut String, pts: &[(f64, f64)], color: &str, dash: &str, markers: bool) {
         if pts.is_empty() {
             return;
         }
-        let p: Vec<String> = pts.iter().map(|(x, y)| format!("{:.1},{:.1}", self.px(*x), self.py(*y))).collect();
-        let _ = writeln!(s, r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2" stroke-dasharray="{dash}"/>"#, p.join(" "));
+        let p: Vec<String> = pts
+            .iter()
+            .map(|(x, y)| format!("{:.1},{:.1}", self.px(*x), self.py(*y)))
+            .collect();
+        let _ = writeln!(
+            s,
+            r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2" stroke-dasharray="{dash}"/>"#,
+            p.join(" ")
+        );
         if markers {
             for (x, y) in pts {
-                let _ = writeln!(s, r#"<circle cx="{:.1}" cy="{:.1}" r="3.5" fill="{color}"/>"#, self.px(*x), self.py(*y));
+                let _ = writeln!(
+                    s,
+                    r#"<circle cx="{:.1}" cy="{:.1}" r="3.5" fill="{color}"/>"#,
+                    self.px(*x),
+                    self.py(*y)
+                );
             }
         }
     }
@@ -127,18 +181,40 @@ pub fn render(r: &Results) -> String {
     );
     for (i, k) in KINDS.iter().enumerate() {
         let x = 520.0 + i as f64 * 120.0;
-        let _ = writeln!(s, r#"<rect x="{x}" y="12" width="16" height="4" fill="{}"/><text x="{}" y="20" class="legend">{}</text>"#, color(*k), x + 22.0, k.label());
+        let _ = writeln!(
+            s,
+            r#"<rect x="{x}" y="12" width="16" height="4" fill="{}"/><text x="{}" y="20" class="legend">{}</text>"#,
+            color(*k),
+            x + 22.0,
+            k.label()
+        );
     }
-    let _ = writeln!(s, r##"<text x="770" y="20" class="legend" fill="#555">(dashed: smaller N)</text>"##);
+    let _ = writeln!(
+        s,
+        r##"<text x="770" y="20" class="legend" fill="#555">(dashed: smaller N)</text>"##
+    );
 
     // 1. single start CDF
     let single: Vec<(RuntimeKind, &[f64])> = KINDS
         .iter()
-        .filter_map(|k| r.single_start.get(k.label()).map(|set| (*k, set.samples_ms.as_slice())))
+        .filter_map(|k| {
+            r.single_start
+                .get(k.label())
+                .map(|set| (*k, set.samples_ms.as_slice()))
+        })
         .collect();
     let xmax = max_of(single.iter().flat_map(|(_, v)| v.iter())).max(1.0) * 1.05;
-    let p = Panel { x0: LEFT[0], xmax, ymax: 1.0 };
-    p.frame(&mut s, "single start (ctr run --rm /bin/true)", "latency (ms)", "fraction of runs");
+    let p = Panel {
+        x0: LEFT[0],
+        xmax,
+        ymax: 1.0,
+    };
+    p.frame(
+        &mut s,
+        "single start (ctr run --rm /bin/true)",
+        "latency (ms)",
+        "fraction of runs",
+    );
     for (k, v) in &single {
         p.polyline(&mut s, &cdf(v), color(*k), "", false);
     }
@@ -147,11 +223,19 @@ pub fn render(r: &Results) -> String {
     let mut curves = Vec::new();
     for k in KINDS {
         let mut pts = Vec::new();
-        if let Some(m) = r.single_start.get(k.label()).and_then(|x| x.summary.as_ref()) {
+        if let Some(m) = r
+            .single_start
+            .get(k.label())
+            .and_then(|x| x.summary.as_ref())
+        {
             pts.push((1.0, m.median / 1e3));
         }
         for &n in &r.meta.concurrency {
-            let walls: Vec<f64> = runs_of(r, k, n).iter().filter(|x| x.started > 0).map(|x| x.wall_ms / 1e3).collect();
+            let walls: Vec<f64> = runs_of(r, k, n)
+                .iter()
+                .filter(|x| x.failures == 0)
+                .map(|x| x.wall_ms / 1e3)
+                .collect();
             if let Some(sm) = Summary::of(&walls) {
                 pts.push((n as f64, sm.median));
             }
@@ -159,9 +243,23 @@ pub fn render(r: &Results) -> String {
         curves.push((k, pts));
     }
     let xmax = r.meta.concurrency.iter().copied().max().unwrap_or(1) as f64 * 1.05;
-    let ymax = curves.iter().flat_map(|(_, p)| p.iter().map(|x| x.1)).fold(0.0, f64::max).max(0.1) * 1.1;
-    let p = Panel { x0: LEFT[1], xmax, ymax };
-    p.frame(&mut s, "concurrent start: wall until all running", "containers started at once (N)", "wall time (s)");
+    let ymax = curves
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|x| x.1))
+        .fold(0.0, f64::max)
+        .max(0.1)
+        * 1.1;
+    let p = Panel {
+        x0: LEFT[1],
+        xmax,
+        ymax,
+    };
+    p.frame(
+        &mut s,
+        "concurrent start: wall until all running",
+        "containers started at once (N)",
+        "wall time (s)",
+    );
     for (k, pts) in &curves {
         p.polyline(&mut s, pts, color(*k), "", true);
     }
@@ -169,10 +267,30 @@ pub fn render(r: &Results) -> String {
     // 3. per-container latency CDFs under concurrency
     let mut ns = r.meta.concurrency.clone();
     ns.sort_unstable();
-    let lat = |k: RuntimeKind, n: usize| -> Vec<f64> { runs_of(r, k, n).iter().flat_map(|x| x.latencies_ms.iter().copied()).collect() };
-    let xmax = ns.iter().flat_map(|&n| KINDS.map(|k| max_of(lat(k, n).iter()))).fold(0.0, f64::max).max(1.0) / 1e3 * 1.05;
-    let p = Panel { x0: LEFT[2], xmax, ymax: 1.0 };
-    p.frame(&mut s, "per-container latency under concurrency", "latency (s)", "fraction of containers");
+    let lat = |k: RuntimeKind, n: usize| -> Vec<f64> {
+        runs_of(r, k, n)
+            .iter()
+            .flat_map(|x| x.latencies_ms.iter().copied())
+            .collect()
+    };
+    let xmax = ns
+        .iter()
+        .flat_map(|&n| KINDS.map(|k| max_of(lat(k, n).iter())))
+        .fold(0.0, f64::max)
+        .max(1.0)
+        / 1e3
+        * 1.05;
+    let p = Panel {
+        x0: LEFT[2],
+        xmax,
+        ymax: 1.0,
+    };
+    p.frame(
+        &mut s,
+        "per-container latency under concurrency",
+        "latency (s)",
+        "fraction of containers",
+    );
     let largest = ns.last().copied();
     for &n in &ns {
         let dash = if Some(n) == largest { "" } else { "6,4" };
@@ -181,7 +299,13 @@ pub fn render(r: &Results) -> String {
             p.polyline(&mut s, &cdf(&v), color(k), dash, false);
         }
     }
-    let _ = writeln!(s, r##"<text x="{}" y="{}" class="tick" fill="#555">N = {:?} (solid: largest)</text>"##, LEFT[2], TOP + PANEL_H + 52.0, ns);
+    let _ = writeln!(
+        s,
+        r##"<text x="{}" y="{}" class="tick" fill="#555">N = {:?} (solid: largest)</text>"##,
+        LEFT[2],
+        TOP + PANEL_H + 52.0,
+        ns
+    );
     s.push_str("</svg>\n");
     s
 }

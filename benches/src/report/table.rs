@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::results::{FeatureResult, Results, TableRow};
+use crate::results::{ConcurrentRun, FeatureResult, Results, TableRow};
 use crate::stats::{ratio, Summary};
 
 fn fmt_val(v: Option<f64>, unit: &str) -> String {
@@ -37,7 +37,9 @@ fn fmt_row_ratio(r: &TableRow) -> String {
 }
 
 pub fn render_rows(rows: &[TableRow]) -> String {
-    let mut s = String::from("| figure | unit | rund | runc-v2 | rund/runc-v2 | note |\n|---|---|--:|--:|--:|---|\n");
+    let mut s = String::from(
+        "| figure | unit | rund | runc-v2 | rund/runc-v2 | note |\n|---|---|--:|--:|--:|---|\n",
+    );
     for r in rows {
         let _ = writeln!(
             s,
@@ -58,25 +60,34 @@ fn median(s: &crate::results::SampleSet) -> Option<f64> {
 }
 
 pub fn render_features(features: &[FeatureResult]) -> String {
-    let mut s = String::from("| rund switch | figure | A | B | A/B | note |\n|---|---|--:|--:|--:|---|\n");
+    let mut s =
+        String::from("| rund switch | figure | A | B | A/B | note |\n|---|---|--:|--:|--:|---|\n");
     for f in features {
         let [a, b] = &f.variants;
         if !f.supported {
-            let _ = writeln!(s, "| {} {a} vs {b} | — | — | — | — | {} |", f.feature, f.note);
+            let _ = writeln!(
+                s,
+                "| {} {a} vs {b} | — | — | — | — | {} |",
+                f.feature, f.note
+            );
             continue;
         }
         let (ma, mb) = (median(&f.single_start[0]), median(&f.single_start[1]));
         let _ = writeln!(
             s,
-            "| {} {a} vs {b} | single start median (ms) | {} | {} | {} | {} |",
+            "| {} {a} vs {b} | single start median (ms) | {} | {} | {} | failures {} / {}; {} |",
             f.feature,
             fmt_val(ma, "ms"),
             fmt_val(mb, "ms"),
             fmt_ratio(ratio(ma, mb)),
+            f.single_start[0].failures,
+            f.single_start[1].failures,
             f.note
         );
         for (ra, rb) in f.concurrent[0].iter().zip(&f.concurrent[1]) {
-            let (wa, wb) = (Some(ra.wall_ms / 1e3), Some(rb.wall_ms / 1e3));
+            // Only a run with every container RUNNING has an "all running" wall time.
+            let wall = |r: &ConcurrentRun| (r.failures == 0).then(|| r.wall_ms / 1e3);
+            let (wa, wb) = (wall(ra), wall(rb));
             let _ = writeln!(
                 s,
                 "| {} {a} vs {b} | {} concurrent wall (s) | {} | {} | {} | failures {} / {} |",

@@ -147,6 +147,15 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_example_parses_to_the_defaults() {
+        let text = include_str!("../../../deploy/config.toml");
+        let c = RundConfig::parse(text, Path::new("deploy/config.toml")).unwrap();
+        assert_eq!(c.userns, UsernsConfig::default());
+        assert_eq!(c.memlock, MemlockConfig::default());
+        assert_eq!(c.grace_period_seconds, 30);
+    }
+
+    #[test]
     fn explicit_missing_file_is_an_error() {
         assert!(RundConfig::load(Some(Path::new("/nonexistent/rund.toml"))).is_err());
     }

@@ -149,7 +149,14 @@ mod tests {
 
 /// Registers an owned fd with the tokio reactor.
 pub fn async_fd(fd: OwnedFd) -> std::io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
-    // SAFETY: an OwnedFd is a valid open fd that stays open, and keeps the
-    // same number, until the AsyncFd (which owns it) is dropped.
-    unsafe { tokio::io::unix::AsyncFd::register(fd) }.map_err(|e| e.into_parts().1)
+    async_fd_of(fd)
+}
+
+/// Registers any fd-owning value with the tokio reactor.
+pub fn async_fd_of<T: std::os::fd::AsRawFd>(v: T) -> std::io::Result<tokio::io::unix::AsyncFd<T>> {
+    // SAFETY: callers pass values that own their fd (OwnedFd, an eventfd
+    // wrapper): it stays open, with the same number, until the AsyncFd that
+    // owns the value is dropped.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(v, tokio::io::Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)
 }

@@ -1,10 +1,14 @@
 //! Rlimits are raised from outside, by the shim, with prlimit(2): a process
 //! inside a user namespace can only lower them (DESIGN.md, "user namespaces").
 
+pub mod memlock;
+
 use oci_spec::runtime::PosixRlimit;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RlimitError {
+    #[error("{0}")]
+    BadValue(String),
     #[error("unknown rlimit type {0}")]
     Unknown(String),
     #[error("rlimit {kind}: soft limit {soft} is above hard limit {hard}")]

@@ -116,7 +116,7 @@ mod tests {
     fn spec(ns: &str) -> Spec {
         parse(
             format!(
-                r#"{{"ociVersion":"1.0.2","process":{{"args":["x"],"cwd":"/"}},"root":{{"path":"r"}},
+                r#"{{"ociVersion":"1.0.2","process":{{"user":{{"uid":0,"gid":0}},"args":["x"],"cwd":"/"}},"root":{{"path":"r"}},
                 "linux":{{"namespaces":[{ns}]}}}}"#
             )
             .as_bytes(),

@@ -2,7 +2,7 @@ use super::*;
 
 fn spec_json(extra: &str) -> Vec<u8> {
     format!(
-        r#"{{"ociVersion":"1.0.2","process":{{"args":["/bin/true"],"cwd":"/"}},
+        r#"{{"ociVersion":"1.0.2","process":{{"user":{{"uid":0,"gid":0}},"args":["/bin/true"],"cwd":"/"}},
         "root":{{"path":"rootfs"}}{extra}}}"#
     )
     .into_bytes()
@@ -29,7 +29,7 @@ fn unsupported_fields_are_named() {
     let e = check_supported(&s).unwrap_err();
     assert!(e.to_string().contains("linux.intelRdt"), "{e}");
     let s = parse(
-        br#"{"ociVersion":"1.0.2","process":{"args":["x"],"cwd":"/","apparmorProfile":"p"},"root":{"path":"r"}}"#,
+        br#"{"ociVersion":"1.0.2","process":{"user":{"uid":0,"gid":0},"args":["x"],"cwd":"/","apparmorProfile":"p"},"root":{"path":"r"}}"#,
     )
     .unwrap();
     let e = check_supported(&s).unwrap_err();
@@ -38,7 +38,7 @@ fn unsupported_fields_are_named() {
 
 #[test]
 fn empty_args_are_invalid() {
-    let s = parse(br#"{"ociVersion":"1.0.2","process":{"args":[],"cwd":"/"},"root":{"path":"r"}}"#).unwrap();
+    let s = parse(br#"{"ociVersion":"1.0.2","process":{"user":{"uid":0,"gid":0},"args":[],"cwd":"/"},"root":{"path":"r"}}"#).unwrap();
     assert!(check_supported(&s).is_err());
 }
 

@@ -221,6 +221,8 @@ async fn finish(
         init,
         execs: Default::default(),
         paused: Default::default(),
+        oom: Default::default(),
+        oom_order: Default::default(),
     });
     let stdio = container.init.stdio.clone();
     svc.containers.lock().await.insert(req.id.clone(), container);

@@ -45,6 +45,9 @@ pub async fn start(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<StartR
     } else {
         svc.events.exec_started(id, exec_id, pid).await;
     }
+    if exec_id.is_empty() && !c.is_pod_sandbox {
+        super::resources::watch_oom(svc.clone(), c.clone());
+    }
     // Exit watching starts only now, so TaskExit always follows TaskStart.
     spawn_exit_watch(svc.clone(), c.clone(), p.clone(), sb);
     Ok(StartResponse { pid, ..Default::default() })
@@ -70,6 +73,8 @@ fn spawn_exit_watch(svc: Arc<Service>, c: Arc<Container>, p: Arc<Process>, sb: A
         }
         p.set_exit(exit);
         let e = p.exit().unwrap_or(exit);
+        super::resources::drain_oom(&svc, &c).await;
+        let _order = c.oom_order.lock().await;
         svc.events.exit(&c.id, &p.exec_id, p.pid(), e.status, e.at_ns).await;
     });
 }

@@ -2,8 +2,10 @@
 
 mod create;
 pub mod events;
+mod exec;
 mod lifecycle;
 mod namespaces;
+mod resources;
 pub mod state;
 
 use std::collections::HashMap;
@@ -64,10 +66,6 @@ impl Service {
             .cloned()
             .ok_or_else(|| ShimError::NotFound(format!("container {id} not found")))
     }
-}
-
-fn unimplemented(rpc: &str) -> containerd_shim_protos::ttrpc::Error {
-    ShimError::Unimplemented(format!("rund does not implement {rpc} yet")).into()
 }
 
 /// The ttrpc-facing handle (a newtype, as the trait is foreign).
@@ -132,8 +130,9 @@ impl Task for TaskHandler {
         Ok(Empty::new())
     }
 
-    async fn exec(&self, _ctx: &TtrpcContext, _req: ExecProcessRequest) -> TtrpcResult<Empty> {
-        Err(unimplemented("Exec"))
+    async fn exec(&self, _ctx: &TtrpcContext, req: ExecProcessRequest) -> TtrpcResult<Empty> {
+        exec::exec(&self.0, req).await?;
+        Ok(Empty::new())
     }
 
     async fn resize_pty(&self, _ctx: &TtrpcContext, req: ResizePtyRequest) -> TtrpcResult<Empty> {
@@ -152,24 +151,27 @@ impl Task for TaskHandler {
         Ok(Empty::new())
     }
 
-    async fn pause(&self, _ctx: &TtrpcContext, _req: PauseRequest) -> TtrpcResult<Empty> {
-        Err(unimplemented("Pause"))
+    async fn pause(&self, _ctx: &TtrpcContext, req: PauseRequest) -> TtrpcResult<Empty> {
+        resources::pause(&self.0, &req.id).await?;
+        Ok(Empty::new())
     }
 
-    async fn resume(&self, _ctx: &TtrpcContext, _req: ResumeRequest) -> TtrpcResult<Empty> {
-        Err(unimplemented("Resume"))
+    async fn resume(&self, _ctx: &TtrpcContext, req: ResumeRequest) -> TtrpcResult<Empty> {
+        resources::resume(&self.0, &req.id).await?;
+        Ok(Empty::new())
     }
 
     async fn checkpoint(&self, _ctx: &TtrpcContext, _req: CheckpointTaskRequest) -> TtrpcResult<Empty> {
         Err(ShimError::Unimplemented("rund does not support Checkpoint: no CRIU integration".into()).into())
     }
 
-    async fn update(&self, _ctx: &TtrpcContext, _req: UpdateTaskRequest) -> TtrpcResult<Empty> {
-        Err(unimplemented("Update"))
+    async fn update(&self, _ctx: &TtrpcContext, req: UpdateTaskRequest) -> TtrpcResult<Empty> {
+        resources::update(&self.0, req).await?;
+        Ok(Empty::new())
     }
 
-    async fn stats(&self, _ctx: &TtrpcContext, _req: StatsRequest) -> TtrpcResult<StatsResponse> {
-        Err(unimplemented("Stats"))
+    async fn stats(&self, _ctx: &TtrpcContext, req: StatsRequest) -> TtrpcResult<StatsResponse> {
+        Ok(resources::stats(&self.0, &req.id).await?)
     }
 }
 

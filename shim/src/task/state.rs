@@ -124,6 +124,10 @@ pub struct Container {
     pub init: std::sync::Arc<Process>,
     pub execs: Mutex<HashMap<String, std::sync::Arc<Process>>>,
     pub paused: AtomicBool,
+    /// The OOM event source, once the init started.
+    pub oom: Mutex<Option<std::sync::Arc<tokio::io::unix::AsyncFd<rund_cgroup::OomWatcher>>>>,
+    /// Serialises OOM and exit publication (TaskOOM before TaskExit).
+    pub oom_order: tokio::sync::Mutex<()>,
 }
 
 impl Container {

@@ -42,7 +42,7 @@ pub fn lock(dir: &Path) -> Result<Locked, UsernsError> {
         .mode(0o700)
         .create(dir)
         .map_err(state_err(dir))?;
-    let lock_path = dir.join(LOCK_FILE);
+    let lock_path = dir.join(format!("{LOCK_FILE}.{}", std::process::id()));
     let file = OpenOptions::new()
         .read(true)
         .write(true)

@@ -1,0 +1,48 @@
+# rund: two commands for a newcomer on Debian 12 — `make demo` and `make test`.
+CARGO ?= cargo
+TARGET_DIR ?= $(CURDIR)/target
+BIN_DIR := $(TARGET_DIR)/debug
+export RUND_BIN_DIR := $(BIN_DIR)
+
+.PHONY: all deps build demo test test-unit test-integration lint fmt bench bench-quick clean
+
+all: build
+
+deps:
+	@sh deploy/install-deps.sh
+
+build: deps
+	$(CARGO) build --workspace --bins
+
+# Builds, starts a private containerd and runs containers through rund.
+demo: build
+	@sh deploy/demo.sh $(BIN_DIR)
+
+# The whole suite: lint, unit tests of every crate, then the integration
+# tests against a private containerd 1.6 (they need root).
+test: build lint test-unit test-integration
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+test-unit:
+	$(CARGO) test --workspace --exclude rund-tests
+
+# Each test binary starts its own containerd; two at a time suit 2 cores.
+test-integration:
+	RUND_REQUIRE_BINS=1 $(CARGO) test -p rund-tests -- --test-threads=2
+
+fmt:
+	$(CARGO) fmt --all
+
+bench: deps
+	$(CARGO) build --release --workspace --bins
+	RUND_BIN_DIR=$(TARGET_DIR)/release $(CARGO) run --release -p rund-benches --bin rund-bench -- $(BENCH_ARGS)
+
+bench-quick: deps
+	$(CARGO) build --release --workspace --bins
+	RUND_BIN_DIR=$(TARGET_DIR)/release $(CARGO) run --release -p rund-benches --bin rund-bench -- --quick $(BENCH_ARGS)
+
+clean:
+	$(CARGO) clean

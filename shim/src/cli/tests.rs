@@ -1,0 +1,129 @@
+//! Argument parsing of `rund`.
+
+use std::path::Path;
+
+use clap::Parser;
+
+use super::*;
+
+fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+    Cli::try_parse_from(std::iter::once("rund").chain(args.iter().copied()))
+}
+
+#[test]
+fn config_is_global_on_either_side_of_the_subcommand() {
+    let c = parse(&["--config", "/a.toml", "doctor"]).unwrap();
+    assert_eq!(c.config.as_deref(), Some(Path::new("/a.toml")));
+    let c = parse(&["pool", "status", "--config", "/b.toml"]).unwrap();
+    assert_eq!(c.config.as_deref(), Some(Path::new("/b.toml")));
+    assert!(parse(&["doctor"]).unwrap().config.is_none());
+}
+
+#[test]
+fn doctor_flags() {
+    let c = parse(&["doctor", "--json", "--pid", "42"]).unwrap();
+    assert!(matches!(
+        c.command,
+        Command::Doctor {
+            json: true,
+            pid: Some(42)
+        }
+    ));
+    assert!(matches!(
+        parse(&["doctor"]).unwrap().command,
+        Command::Doctor {
+            json: false,
+            pid: None
+        }
+    ));
+    assert!(parse(&["doctor", "--pid", "x"]).is_err());
+}
+
+#[test]
+fn pool_subcommands() {
+    let c = parse(&["pool", "status", "--json"]).unwrap();
+    assert!(matches!(
+        c.command,
+        Command::Pool(PoolCommand::Status { json: true })
+    ));
+    let c = parse(&["pool", "gc", "--drain"]).unwrap();
+    assert!(matches!(
+        c.command,
+        Command::Pool(PoolCommand::Gc { drain: true })
+    ));
+    let c = parse(&["pool", "gc"]).unwrap();
+    assert!(matches!(
+        c.command,
+        Command::Pool(PoolCommand::Gc { drain: false })
+    ));
+    assert!(parse(&["pool"]).is_err(), "pool needs a subcommand");
+    assert!(parse(&["pool", "status", "--drain"]).is_err());
+}
+
+#[test]
+fn devices_and_cdi() {
+    assert!(matches!(
+        parse(&["devices", "--json"]).unwrap().command,
+        Command::Devices { json: true }
+    ));
+    let Command::Cdi(CdiCommand::Generate(a)) = parse(&["cdi", "generate"]).unwrap().command else {
+        panic!("not cdi generate");
+    };
+    assert_eq!(a.output_dir, Path::new("/var/run/cdi"));
+    let Command::Cdi(CdiCommand::Generate(a)) =
+        parse(&["cdi", "generate", "--output-dir", "/tmp/x"])
+            .unwrap()
+            .command
+    else {
+        panic!("not cdi generate");
+    };
+    assert_eq!(a.output_dir, Path::new("/tmp/x"));
+}
+
+#[test]
+fn check_write_bw_forwards_perftest_options() {
+    let c = parse(&[
+        "check",
+        "write-bw",
+        "-d",
+        "mlx5_0",
+        "-s",
+        "4096",
+        "-n",
+        "100",
+        "-a",
+        "--limit-bw",
+        "9000",
+        "--json",
+    ])
+    .unwrap();
+    let Command::Check(CheckCommand::WriteBw(a)) = c.command else {
+        panic!("not write-bw");
+    };
+    assert_eq!(a.device, "mlx5_0");
+    assert_eq!(
+        (a.size, a.iters, a.all_sizes, a.json),
+        (Some(4096), Some(100), true, true)
+    );
+    assert_eq!(a.limit_bw, Some(9000.0));
+    let Command::Check(CheckCommand::WriteBw(a)) = parse(&["check", "write-bw"]).unwrap().command
+    else {
+        panic!("not write-bw");
+    };
+    assert_eq!(a.device, "all");
+    assert!(parse(&["check", "write-bw", "-s", "big"]).is_err());
+}
+
+#[test]
+fn unknown_and_missing_commands_are_errors() {
+    assert!(parse(&[]).is_err());
+    assert!(parse(&["frobnicate"]).is_err());
+    assert!(parse(&["--config"]).is_err());
+}
+
+#[test]
+fn missing_explicit_config_is_a_clear_error() {
+    let cli = parse(&["--config", "/nonexistent/rund.toml", "devices"]).unwrap();
+    let e = run(cli, &mut Vec::new()).unwrap_err();
+    assert!(e.to_string().contains("/nonexistent/rund.toml"), "{e}");
+}

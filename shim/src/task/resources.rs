@@ -1,0 +1,109 @@
+//! Pause, Resume, Stats, Update and OOM: the cgroup side of a container.
+
+use std::sync::Arc;
+
+use containerd_shim_protos::api::{StatsResponse, UpdateTaskRequest};
+use oci_spec::runtime::LinuxResources;
+
+use super::state::Container;
+use super::Service;
+use crate::cgroups::ContainerCgroup;
+use crate::error::{Result, ShimError};
+
+fn cgroup_of(c: &Container) -> Result<&ContainerCgroup> {
+    c.cgroup
+        .as_ref()
+        .ok_or_else(|| ShimError::FailedPrecondition(format!("container {} has no cgroup", c.id)))
+}
+
+pub async fn pause(svc: &Arc<Service>, id: &str) -> Result<()> {
+    let c = svc.container(id).await?;
+    if c.init.exit().is_some() {
+        return Err(ShimError::FailedPrecondition(format!("container {id} is not running")));
+    }
+    cgroup_of(&c)?.freeze().await?;
+    c.paused.store(true, std::sync::atomic::Ordering::SeqCst);
+    svc.events.paused(id).await;
+    Ok(())
+}
+
+pub async fn resume(svc: &Arc<Service>, id: &str) -> Result<()> {
+    let c = svc.container(id).await?;
+    cgroup_of(&c)?.thaw().await?;
+    c.paused.store(false, std::sync::atomic::Ordering::SeqCst);
+    svc.events.resumed(id).await;
+    Ok(())
+}
+
+pub async fn stats(svc: &Arc<Service>, id: &str) -> Result<StatsResponse> {
+    let c = svc.container(id).await?;
+    let s = cgroup_of(&c)?.stats().await?;
+    let any = crate::cgroups::metrics::to_any(&s).map_err(ShimError::Internal)?;
+    Ok(StatsResponse { stats: Some(any).into(), ..Default::default() })
+}
+
+pub async fn update(svc: &Arc<Service>, req: UpdateTaskRequest) -> Result<()> {
+    let c = svc.container(&req.id).await?;
+    let any = req
+        .resources
+        .as_ref()
+        .ok_or_else(|| ShimError::InvalidArgument("update carries no resources".into()))?;
+    let res: LinuxResources = serde_json::from_slice(&any.value)
+        .map_err(|e| ShimError::InvalidArgument(format!("update resources are malformed: {e}")))?;
+    let cg = cgroup_of(&c)?;
+    cg.update(res).await.map_err(|e| {
+        if e.is_invalid() {
+            ShimError::InvalidArgument(e.to_string())
+        } else {
+            e.into()
+        }
+    })
+}
+
+/// Publishes TaskOOM for each OOM kill in the container's cgroup. The exit
+/// watcher drains pending OOM events under the same lock before it publishes
+/// TaskExit, so an OOM always comes first.
+pub fn watch_oom(svc: Arc<Service>, c: Arc<Container>) {
+    let Some(cg) = c.cgroup.clone() else { return };
+    let watcher = match cg.oom_watcher() {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!(id = %c.id, "no OOM notifications: {e}");
+            return;
+        }
+    };
+    let fd = match crate::io::async_fd_of(watcher) {
+        Ok(fd) => fd,
+        Err(e) => {
+            tracing::warn!(id = %c.id, "no OOM notifications: {e}");
+            return;
+        }
+    };
+    let fd = Arc::new(fd);
+    *c.oom.lock().expect("oom lock") = Some(fd.clone());
+    tokio::spawn(async move {
+        loop {
+            let Ok(mut guard) = fd.readable().await else { return };
+            guard.clear_ready();
+            drop(guard);
+            if !drain_oom(&svc, &c).await {
+                return;
+            }
+        }
+    });
+}
+
+/// Publishes any pending OOM events; false once the cgroup is gone.
+pub async fn drain_oom(svc: &Arc<Service>, c: &Arc<Container>) -> bool {
+    let _order = c.oom_order.lock().await;
+    let fd = c.oom.lock().expect("oom lock").clone();
+    let Some(fd) = fd else { return false };
+    match fd.get_ref().read_events() {
+        Ok(0) => true,
+        Ok(_) => {
+            svc.events.oom(&c.id).await;
+            true
+        }
+        Err(_) => false,
+    }
+}
