@@ -28,7 +28,7 @@ trap cleanup EXIT INT TERM
 ROOTFS=$WORK/rootfs
 mkdir -p "$ROOTFS/bin" "$ROOTFS/proc" "$ROOTFS/sys" "$ROOTFS/dev" "$ROOTFS/tmp" "$ROOTFS/etc"
 cp "$BUSYBOX" "$ROOTFS/bin/busybox"
-for a in $("$ROOTFS/bin/busybox" --list); do ln -sf busybox "$ROOTFS/bin/$a"; done
+for a in $("$ROOTFS/bin/busybox" --list); do [ "$a" = busybox ] || ln -sf busybox "$ROOTFS/bin/$a"; done
 echo "root:x:0:0:root:/:/bin/sh" > "$ROOTFS/etc/passwd"
 echo "root:x:0:" > "$ROOTFS/etc/group"
 
@@ -50,7 +50,8 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 [debug]
   level = "info"
 CFG
-PATH="$WORK/bin" containerd --config "$WORK/config.toml" > "$WORK/containerd.log" 2>&1 &
+CONTAINERD=$(command -v containerd) || { echo "demo: containerd is missing" >&2; exit 1; }
+PATH="$WORK/bin" "$CONTAINERD" --config "$WORK/config.toml" > "$WORK/containerd.log" 2>&1 &
 CTD_PID=$!
 CTR="ctr --address $WORK/c.sock --namespace rund-demo"
 for _ in $(seq 1 50); do $CTR version >/dev/null 2>&1 && break; sleep 0.1; done

@@ -12,7 +12,12 @@ use rund_shim::userns::{Lease, LeaseStore, UsernsError};
 const WORKER_ENV: &str = "RUND_USERNS_LEASE_WORKER";
 
 fn cfg(base: u32, count: u32) -> UsernsConfig {
-    UsernsConfig { enabled: true, base, size: 1000, count }
+    UsernsConfig {
+        enabled: true,
+        base,
+        size: 1000,
+        count,
+    }
 }
 
 fn me() -> i32 {
@@ -24,7 +29,8 @@ fn assert_disjoint(leases: &[Lease]) {
     for (i, a) in leases.iter().enumerate() {
         assert!(slots.insert(a.index), "index {} handed out twice", a.index);
         for b in &leases[..i] {
-            let disjoint = a.host_base + a.size <= b.host_base || b.host_base + b.size <= a.host_base;
+            let disjoint =
+                a.host_base + a.size <= b.host_base || b.host_base + b.size <= a.host_base;
             assert!(disjoint, "{a:?} overlaps {b:?}");
         }
     }
@@ -33,7 +39,9 @@ fn assert_disjoint(leases: &[Lease]) {
 /// Entry point when re-executed: `<op> <dir> <sandbox id> <owner pid>`.
 #[test]
 fn worker_entry() {
-    let Ok(job) = std::env::var(WORKER_ENV) else { return };
+    let Ok(job) = std::env::var(WORKER_ENV) else {
+        return;
+    };
     let f: Vec<&str> = job.split(' ').collect();
     let store = LeaseStore::new(f[1], &cfg(200_000, 64)).unwrap();
     match f[0] {
@@ -55,7 +63,10 @@ fn run_workers(op: &str, dir: &Path, n: usize) -> Vec<String> {
         .map(|i| {
             Command::new(&exe)
                 .args(["--exact", "worker_entry", "--nocapture", "--test-threads=1"])
-                .env(WORKER_ENV, format!("{op} {} proc-{i} {}", dir.display(), me()))
+                .env(
+                    WORKER_ENV,
+                    format!("{op} {} proc-{i} {}", dir.display(), me()),
+                )
                 .stdout(std::process::Stdio::piped())
                 .spawn()
                 .unwrap()
@@ -68,7 +79,9 @@ fn run_workers(op: &str, dir: &Path, n: usize) -> Vec<String> {
             assert!(out.status.success(), "worker failed: {out:?}");
             let text = String::from_utf8(out.stdout).unwrap();
             // libtest may print "test worker_entry ... " on the same line.
-            let line = text.lines().find(|l| l.contains("LEASE ") || l.contains("RELEASED"));
+            let line = text
+                .lines()
+                .find(|l| l.contains("LEASE ") || l.contains("RELEASED"));
             let line = line.unwrap_or_else(|| panic!("no result from worker: {text}"));
             line[line.find("LEASE ").or(line.find("RELEASED")).unwrap()..].to_string()
         })
@@ -83,7 +96,11 @@ fn fifty_processes_get_disjoint_ranges_and_release_them_all() {
         .iter()
         .map(|l| {
             let n: Vec<u32> = l.split(' ').skip(1).map(|x| x.parse().unwrap()).collect();
-            Lease { index: n[0], host_base: n[1], size: n[2] }
+            Lease {
+                index: n[0],
+                host_base: n[1],
+                size: n[2],
+            }
         })
         .collect();
     assert_disjoint(&leases);
@@ -146,7 +163,12 @@ fn a_dead_owners_lease_is_reclaimed_a_live_ones_is_not() {
     owner.wait().unwrap();
     let second = store.allocate("second", me()).unwrap();
     assert_eq!(second, first, "the only range, reclaimed");
-    let ids: Vec<_> = store.list().unwrap().into_iter().map(|e| e.sandbox_id).collect();
+    let ids: Vec<_> = store
+        .list()
+        .unwrap()
+        .into_iter()
+        .map(|e| e.sandbox_id)
+        .collect();
     assert_eq!(ids, ["second"]);
 }
 
@@ -154,20 +176,30 @@ fn a_dead_owners_lease_is_reclaimed_a_live_ones_is_not() {
 fn corrupt_file_is_an_error_and_repair_recovers_live_namespaces() {
     let dir = tempfile::tempdir().unwrap();
     // A pool far from anything else on the node.
-    let c = UsernsConfig { enabled: true, base: 3_000_000_000, size: 1000, count: 4 };
+    let c = UsernsConfig {
+        enabled: true,
+        base: 3_000_000_000,
+        size: 1000,
+        count: 4,
+    };
     let store = LeaseStore::new(dir.path(), &c).unwrap();
     std::fs::create_dir_all(dir.path()).unwrap();
     std::fs::write(store.path(), b"{\"version\":1,\"leases\":[").unwrap();
     let e = store.allocate("a", me()).unwrap_err();
     assert!(matches!(e, UsernsError::Corrupt { .. }));
-    assert!(e.to_string().contains(&store.path().display().to_string()), "{e}");
+    assert!(
+        e.to_string().contains(&store.path().display().to_string()),
+        "{e}"
+    );
 
     // A live "sandbox" in its own user namespace using slot 2.
     let mut cmd = Command::new("sleep");
     cmd.arg("1000");
     // SAFETY: unshare is async-signal-safe; the child is single-threaded.
     unsafe {
-        cmd.pre_exec(|| nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER).map_err(Into::into));
+        cmd.pre_exec(|| {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER).map_err(Into::into)
+        });
     }
     let mut sandbox = match cmd.spawn() {
         Ok(c) => c,
@@ -182,12 +214,20 @@ fn corrupt_file_is_an_error_and_repair_recovers_live_namespaces() {
 
     let report = store.repair().unwrap();
     let aside = report.moved_aside.expect("moved aside");
-    assert_eq!(std::fs::read(&aside).unwrap(), b"{\"version\":1,\"leases\":[");
+    assert_eq!(
+        std::fs::read(&aside).unwrap(),
+        b"{\"version\":1,\"leases\":["
+    );
     assert_eq!(report.recovered.len(), 1, "{:?}", report.recovered);
     let r = &report.recovered[0];
-    assert_eq!((r.lease.host_base, r.lease.size, r.lease.index, r.owner.pid), (3_000_002_000, 1000, 2, pid as i32));
+    assert_eq!(
+        (r.lease.host_base, r.lease.size, r.lease.index, r.owner.pid),
+        (3_000_002_000, 1000, 2, pid as i32)
+    );
     // New allocations avoid the recovered range.
-    let got: Vec<u32> = (0..3).map(|i| store.allocate(&format!("n{i}"), me()).unwrap().index).collect();
+    let got: Vec<u32> = (0..3)
+        .map(|i| store.allocate(&format!("n{i}"), me()).unwrap().index)
+        .collect();
     assert_eq!(got, [0, 1, 3]);
     sandbox.kill().unwrap();
     sandbox.wait().unwrap();
@@ -199,7 +239,15 @@ fn corrupt_file_is_an_error_and_repair_recovers_live_namespaces() {
 fn bad_pool_config_leaves_nothing_behind() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let e = LeaseStore::in_state_dir(&state, &UsernsConfig { base: 0, ..Default::default() }).err().unwrap();
+    let e = LeaseStore::in_state_dir(
+        &state,
+        &UsernsConfig {
+            base: 0,
+            ..Default::default()
+        },
+    )
+    .err()
+    .unwrap();
     assert!(e.to_string().contains("host root"), "{e}");
     assert!(!state.exists());
     let store = LeaseStore::in_state_dir(&state, &UsernsConfig::default()).unwrap();

@@ -22,7 +22,10 @@ pub enum UsernsMode {
     /// The host user namespace: no remapping.
     Off,
     /// The spec's own mappings, validated.
-    FromSpec { uid: Vec<IdMapping>, gid: Vec<IdMapping> },
+    FromSpec {
+        uid: Vec<IdMapping>,
+        gid: Vec<IdMapping>,
+    },
     /// Lease a range from the pool (`LeaseStore::allocate`).
     Allocate,
 }
@@ -62,13 +65,19 @@ pub fn decide(spec: &Spec, cfg: &UsernsConfig) -> Result<UsernsDecision, UsernsE
         Some(v) => {
             return Err(UsernsError::Annotation {
                 key: ANN_USERNS.into(),
-                reason: format!("{v:?} is not \"host\" (the only accepted value; remove it to remap)"),
+                reason: format!(
+                    "{v:?} is not \"host\" (the only accepted value; remove it to remap)"
+                ),
             })
         }
     };
     let linux = spec.linux().as_ref();
-    let uid = linux.and_then(|l| l.uid_mappings().as_deref()).unwrap_or_default();
-    let gid = linux.and_then(|l| l.gid_mappings().as_deref()).unwrap_or_default();
+    let uid = linux
+        .and_then(|l| l.uid_mappings().as_deref())
+        .unwrap_or_default();
+    let gid = linux
+        .and_then(|l| l.gid_mappings().as_deref())
+        .unwrap_or_default();
     let user_ns = linux
         .and_then(|l| l.namespaces().as_ref())
         .and_then(|list| list.iter().find(|n| n.typ() == LinuxNamespaceType::User));
@@ -83,10 +92,15 @@ pub fn decide(spec: &Spec, cfg: &UsernsConfig) -> Result<UsernsDecision, UsernsE
         if spec_wants {
             return Err(UsernsError::Annotation {
                 key: ANN_USERNS.into(),
-                reason: "\"host\" contradicts the spec, which asks for a user namespace or id mappings".into(),
+                reason:
+                    "\"host\" contradicts the spec, which asks for a user namespace or id mappings"
+                        .into(),
             });
         }
-        return Ok(UsernsDecision { mode: UsernsMode::Off, binds });
+        return Ok(UsernsDecision {
+            mode: UsernsMode::Off,
+            binds,
+        });
     }
     let mode = if !uid.is_empty() || !gid.is_empty() {
         let (uid, gid) = (convert(uid), convert(gid));
@@ -103,7 +117,11 @@ pub fn decide(spec: &Spec, cfg: &UsernsConfig) -> Result<UsernsDecision, UsernsE
 
 fn convert(list: &[LinuxIdMapping]) -> Vec<IdMapping> {
     list.iter()
-        .map(|m| IdMapping { container_id: m.container_id(), host_id: m.host_id(), size: m.size() })
+        .map(|m| IdMapping {
+            container_id: m.container_id(),
+            host_id: m.host_id(),
+            size: m.size(),
+        })
         .collect()
 }
 
@@ -135,13 +153,22 @@ mod tests {
     }
 
     fn off() -> UsernsConfig {
-        UsernsConfig { enabled: false, ..Default::default() }
+        UsernsConfig {
+            enabled: false,
+            ..Default::default()
+        }
     }
 
     #[test]
     fn default_is_allocate_with_idmapped_binds() {
         let d = decide(&spec("", ""), &on()).unwrap();
-        assert_eq!(d, UsernsDecision { mode: UsernsMode::Allocate, binds: BindsMode::Idmap });
+        assert_eq!(
+            d,
+            UsernsDecision {
+                mode: UsernsMode::Allocate,
+                binds: BindsMode::Idmap
+            }
+        );
         assert_eq!(decide(&spec("", ""), &off()).unwrap().mode, UsernsMode::Off);
         // The spec asking for a user namespace wins over a disabled pool.
         let s = spec(r#""namespaces":[{"type":"user"}]"#, "");
@@ -150,14 +177,32 @@ mod tests {
 
     #[test]
     fn annotations() {
-        let s = spec("", r#""rund.io/userns":"host","rund.io/userns-binds":"plain""#);
-        assert_eq!(decide(&s, &on()).unwrap(), UsernsDecision { mode: UsernsMode::Off, binds: BindsMode::Plain });
+        let s = spec(
+            "",
+            r#""rund.io/userns":"host","rund.io/userns-binds":"plain""#,
+        );
+        assert_eq!(
+            decide(&s, &on()).unwrap(),
+            UsernsDecision {
+                mode: UsernsMode::Off,
+                binds: BindsMode::Plain
+            }
+        );
         let e = decide(&spec("", r#""rund.io/userns":"private""#), &on()).unwrap_err();
-        assert!(e.is_bad_input() && e.to_string().contains("rund.io/userns:"), "{e}");
+        assert!(
+            e.is_bad_input() && e.to_string().contains("rund.io/userns:"),
+            "{e}"
+        );
         let e = decide(&spec("", r#""rund.io/userns-binds":"chown""#), &on()).unwrap_err();
         assert!(e.to_string().contains("rund.io/userns-binds"), "{e}");
-        let s = spec(r#""namespaces":[{"type":"user"}]"#, r#""rund.io/userns":"host""#);
-        assert!(decide(&s, &on()).unwrap_err().to_string().contains("contradicts"));
+        let s = spec(
+            r#""namespaces":[{"type":"user"}]"#,
+            r#""rund.io/userns":"host""#,
+        );
+        assert!(decide(&s, &on())
+            .unwrap_err()
+            .to_string()
+            .contains("contradicts"));
     }
 
     #[test]
@@ -165,18 +210,42 @@ mod tests {
         let maps = r#""uidMappings":[{"containerID":0,"hostID":500000,"size":65536}],
                       "gidMappings":[{"containerID":0,"hostID":600000,"size":65536}]"#;
         let d = decide(&spec(maps, ""), &off()).unwrap();
-        let m = |h| vec![IdMapping { container_id: 0, host_id: h, size: 65536 }];
-        assert_eq!(d.mode, UsernsMode::FromSpec { uid: m(500000), gid: m(600000) });
+        let m = |h| {
+            vec![IdMapping {
+                container_id: 0,
+                host_id: h,
+                size: 65536,
+            }]
+        };
+        assert_eq!(
+            d.mode,
+            UsernsMode::FromSpec {
+                uid: m(500000),
+                gid: m(600000)
+            }
+        );
 
         let overlapping = r#""uidMappings":[{"containerID":0,"hostID":500000,"size":10},{"containerID":5,"hostID":700000,"size":10}],
                              "gidMappings":[{"containerID":0,"hostID":600000,"size":1}]"#;
         let e = decide(&spec(overlapping, ""), &on()).unwrap_err();
-        assert!(e.is_bad_input() && e.to_string().contains("linux.uidMappings[1]"), "{e}");
+        assert!(
+            e.is_bad_input() && e.to_string().contains("linux.uidMappings[1]"),
+            "{e}"
+        );
         let zero = r#""uidMappings":[{"containerID":0,"hostID":1,"size":0}],"gidMappings":[{"containerID":0,"hostID":1,"size":1}]"#;
-        assert!(decide(&spec(zero, ""), &on()).unwrap_err().to_string().contains("size 0"));
+        assert!(decide(&spec(zero, ""), &on())
+            .unwrap_err()
+            .to_string()
+            .contains("size 0"));
         let half = r#""uidMappings":[{"containerID":0,"hostID":1,"size":1}]"#;
-        assert!(decide(&spec(half, ""), &on()).unwrap_err().to_string().contains("linux.gidMappings is empty"));
+        assert!(decide(&spec(half, ""), &on())
+            .unwrap_err()
+            .to_string()
+            .contains("linux.gidMappings is empty"));
         let join = r#""namespaces":[{"type":"user","path":"/proc/1/ns/user"}]"#;
-        assert!(decide(&spec(join, ""), &on()).unwrap_err().to_string().contains("/proc/1/ns/user"));
+        assert!(decide(&spec(join, ""), &on())
+            .unwrap_err()
+            .to_string()
+            .contains("/proc/1/ns/user"));
     }
 }

@@ -30,7 +30,11 @@ struct MountAttr {
 
 /// A detached, idmapped copy of the mount at `path` (with its submounts
 /// when `recursive`), ready for `attach` or to be passed to the agent.
-pub fn idmapped_clone(path: &Path, recursive: bool, userns: BorrowedFd<'_>) -> Result<OwnedFd, UsernsError> {
+pub fn idmapped_clone(
+    path: &Path,
+    recursive: bool,
+    userns: BorrowedFd<'_>,
+) -> Result<OwnedFd, UsernsError> {
     check_userns(path, userns)?;
     let tree = open_tree_clone(path, recursive).map_err(|e| match e {
         RootfsError::OpenTree { source, .. } => idmap_err(path, format!("open_tree: {source}")),
@@ -42,9 +46,19 @@ pub fn idmapped_clone(path: &Path, recursive: bool, userns: BorrowedFd<'_>) -> R
 
 /// Idmaps a detached tree (`tree` from open_tree(OPEN_TREE_CLONE));
 /// `path` is only for error messages.
-pub fn set_idmap(tree: BorrowedFd<'_>, path: &Path, recursive: bool, userns: BorrowedFd<'_>) -> Result<(), UsernsError> {
+pub fn set_idmap(
+    tree: BorrowedFd<'_>,
+    path: &Path,
+    recursive: bool,
+    userns: BorrowedFd<'_>,
+) -> Result<(), UsernsError> {
     check_userns(path, userns)?;
-    let attr = MountAttr { attr_set: MOUNT_ATTR_IDMAP, attr_clr: 0, propagation: 0, userns_fd: userns.as_raw_fd() as u64 };
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_IDMAP,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns.as_raw_fd() as u64,
+    };
     let mut flags = libc::AT_EMPTY_PATH as libc::c_uint;
     if recursive {
         flags |= AT_RECURSIVE;
@@ -98,7 +112,10 @@ pub fn attach(tree: BorrowedFd<'_>, target: &Path) -> Result<(), UsernsError> {
         )
     };
     if rc != 0 {
-        return Err(idmap_err(target, format!("move_mount: {}", std::io::Error::last_os_error())));
+        return Err(idmap_err(
+            target,
+            format!("move_mount: {}", std::io::Error::last_os_error()),
+        ));
     }
     Ok(())
 }
@@ -107,18 +124,26 @@ fn check_userns(path: &Path, userns: BorrowedFd<'_>) -> Result<(), UsernsError> 
     // SAFETY: NS_GET_NSTYPE takes no argument and returns a CLONE_NEW* type or -1.
     let t = unsafe { libc::ioctl(userns.as_raw_fd(), NS_GET_NSTYPE) };
     if t != libc::CLONE_NEWUSER {
-        return Err(idmap_err(path, format!("fd {} is not a user namespace", userns.as_raw_fd())));
+        return Err(idmap_err(
+            path,
+            format!("fd {} is not a user namespace", userns.as_raw_fd()),
+        ));
     }
     Ok(())
 }
 
 fn idmap_err(path: &Path, reason: String) -> UsernsError {
-    UsernsError::Idmap { path: path.display().to_string(), reason }
+    UsernsError::Idmap {
+        path: path.display().to_string(),
+        reason,
+    }
 }
 
 /// The filesystem type of a mount, for error messages.
 fn fs_name(fd: BorrowedFd<'_>) -> String {
-    let Ok(st) = nix::sys::statfs::fstatfs(fd) else { return "unknown type".into() };
+    let Ok(st) = nix::sys::statfs::fstatfs(fd) else {
+        return "unknown type".into();
+    };
     let magic = st.filesystem_type().0 as u64;
     let name = match magic {
         0x9fa0 => "proc",

@@ -24,7 +24,12 @@ pub enum UsernsError {
         "user namespace id pool exhausted: {in_use} of {count} ranges in use (base {base}, size {size}); \
          raise [userns] count or free sandboxes"
     )]
-    Exhausted { in_use: u32, count: u32, base: u32, size: u32 },
+    Exhausted {
+        in_use: u32,
+        count: u32,
+        base: u32,
+        size: u32,
+    },
     #[error(
         "user namespace lease file {path} is corrupt: {reason}; its leases may still be live, so rund \
          will not overwrite it: repair it with `rund userns repair` (moves it aside and rebuilds the \
@@ -32,7 +37,10 @@ pub enum UsernsError {
     )]
     Corrupt { path: String, reason: String },
     #[error("user namespace lease state {path}: {source}")]
-    State { path: String, source: std::io::Error },
+    State {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("lease owner pid {0} is not running")]
     OwnerGone(i32),
     #[error("annotation {key}: {reason}")]
@@ -50,7 +58,10 @@ pub enum UsernsError {
 impl UsernsError {
     /// The caller's input is wrong (annotation, spec mappings): INVALID_ARGUMENT.
     pub fn is_bad_input(&self) -> bool {
-        matches!(self, UsernsError::Annotation { .. } | UsernsError::Mapping(_))
+        matches!(
+            self,
+            UsernsError::Annotation { .. } | UsernsError::Mapping(_)
+        )
     }
 
     /// Retrying later may succeed (pool full): RESOURCE_EXHAUSTED.
@@ -63,12 +74,18 @@ impl UsernsError {
     pub fn is_precondition(&self) -> bool {
         matches!(
             self,
-            UsernsError::IdmapUnsupported { .. } | UsernsError::Corrupt { .. } | UsernsError::Config(_)
+            UsernsError::IdmapUnsupported { .. }
+                | UsernsError::Corrupt { .. }
+                | UsernsError::Config(_)
         )
     }
 }
 
 /// `0 <host_base> <size>`: the single-extent map a lease gives a sandbox.
 pub fn lease_map(lease: &Lease) -> Vec<IdMapping> {
-    vec![IdMapping { container_id: 0, host_id: lease.host_base, size: lease.size }]
+    vec![IdMapping {
+        container_id: 0,
+        host_id: lease.host_base,
+        size: lease.size,
+    }]
 }

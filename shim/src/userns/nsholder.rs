@@ -17,7 +17,8 @@ use crate::sandbox::nsfd::open_ns;
 
 /// The user namespace of a running process (e.g. the sandbox agent).
 pub fn userns_of_pid(pid: i32) -> Result<OwnedFd, UsernsError> {
-    open_ns("user", Path::new(&format!("/proc/{pid}/ns/user"))).map_err(|e| UsernsError::Namespace(e.to_string()))
+    open_ns("user", Path::new(&format!("/proc/{pid}/ns/user")))
+        .map_err(|e| UsernsError::Namespace(e.to_string()))
 }
 
 /// A new user namespace with these maps (validated first), as an fd.
@@ -35,7 +36,11 @@ pub fn userns_with_maps(uid: &[IdMapping], gid: &[IdMapping]) -> Result<OwnedFd,
                 std::io::Error::from_raw_os_error(code)
             )));
         }
-        other => return Err(UsernsError::Namespace(format!("helper process: unexpected wait status {other:?}"))),
+        other => {
+            return Err(UsernsError::Namespace(format!(
+                "helper process: unexpected wait status {other:?}"
+            )))
+        }
     }
     idmap::write_maps(child.0.as_raw(), uid, gid).map_err(bad)?;
     userns_of_pid(child.0.as_raw())
@@ -52,7 +57,10 @@ impl Child {
         // raise, _exit) and never returns into Rust code.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
-            return Err(UsernsError::Namespace(format!("fork: {}", std::io::Error::last_os_error())));
+            return Err(UsernsError::Namespace(format!(
+                "fork: {}",
+                std::io::Error::last_os_error()
+            )));
         }
         if pid == 0 {
             // SAFETY: as above; every call is a plain syscall on no shared memory.
@@ -76,8 +84,12 @@ impl Drop for Child {
 }
 
 /// Runs in the forked child: unshare, stop, and exit with errno on failure.
+///
+/// # Safety
+/// Only in the child of `fork`; it never returns.
 unsafe fn child_main() -> ! {
-    // SAFETY (whole body): raw syscalls only; see `Child::fork`.
+    // SAFETY: raw async-signal-safe syscalls with plain-value arguments and
+    // the thread's own errno; see `Child::fork`.
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
         // Do not hold the shim's fds (pipes, sockets) open while we live.

@@ -39,7 +39,11 @@ impl Pool {
                 u32::MAX - 1
             ));
         }
-        Ok(Pool { base: cfg.base, size: cfg.size, count: cfg.count })
+        Ok(Pool {
+            base: cfg.base,
+            size: cfg.size,
+            count: cfg.count,
+        })
     }
 
     /// Advice that does not stop rund (tests use small ranges).
@@ -76,7 +80,12 @@ mod tests {
     use super::*;
 
     fn cfg(base: u32, size: u32, count: u32) -> UsernsConfig {
-        UsernsConfig { enabled: true, base, size, count }
+        UsernsConfig {
+            enabled: true,
+            base,
+            size,
+            count,
+        }
     }
 
     #[test]
@@ -88,9 +97,18 @@ mod tests {
 
     #[test]
     fn rejects_root_empty_and_overflowing_pools() {
-        assert!(Pool::from_config(&cfg(0, 10, 1)).unwrap_err().to_string().contains("host root"));
-        assert!(Pool::from_config(&cfg(1, 0, 1)).unwrap_err().to_string().contains("size is 0"));
-        assert!(Pool::from_config(&cfg(1, 1, 0)).unwrap_err().to_string().contains("count is 0"));
+        assert!(Pool::from_config(&cfg(0, 10, 1))
+            .unwrap_err()
+            .to_string()
+            .contains("host root"));
+        assert!(Pool::from_config(&cfg(1, 0, 1))
+            .unwrap_err()
+            .to_string()
+            .contains("size is 0"));
+        assert!(Pool::from_config(&cfg(1, 1, 0))
+            .unwrap_err()
+            .to_string()
+            .contains("count is 0"));
         let e = Pool::from_config(&cfg(1_000_000, 65_536, 65_536)).unwrap_err();
         assert!(e.to_string().contains("largest usable id"), "{e}");
         // Exactly up to u32::MAX - 1 is fine.

@@ -32,7 +32,10 @@ pub struct Locked {
 }
 
 fn state_err(path: &Path) -> impl FnOnce(std::io::Error) -> UsernsError + '_ {
-    move |source| UsernsError::State { path: path.display().to_string(), source }
+    move |source| UsernsError::State {
+        path: path.display().to_string(),
+        source,
+    }
 }
 
 /// Creates `dir` (0700) if needed and takes the exclusive lock.
@@ -42,7 +45,7 @@ pub fn lock(dir: &Path) -> Result<Locked, UsernsError> {
         .mode(0o700)
         .create(dir)
         .map_err(state_err(dir))?;
-    let lock_path = dir.join(format!("{LOCK_FILE}.{}", std::process::id()));
+    let lock_path = dir.join(LOCK_FILE);
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -53,7 +56,10 @@ pub fn lock(dir: &Path) -> Result<Locked, UsernsError> {
         .map_err(state_err(&lock_path))?;
     let lock = Flock::lock(file, FlockArg::LockExclusive)
         .map_err(|(_, e)| state_err(&lock_path)(std::io::Error::from(e)))?;
-    Ok(Locked { _lock: lock, path: dir.join(LEASES_FILE) })
+    Ok(Locked {
+        _lock: lock,
+        path: dir.join(LEASES_FILE),
+    })
 }
 
 impl Locked {
@@ -63,14 +69,23 @@ impl Locked {
         let bytes = match std::fs::read(&self.path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(LeaseFile { version: FORMAT_VERSION, leases: vec![] })
+                return Ok(LeaseFile {
+                    version: FORMAT_VERSION,
+                    leases: vec![],
+                })
             }
             Err(e) => return Err(state_err(&self.path)(e)),
         };
-        let corrupt = |reason: String| UsernsError::Corrupt { path: self.path.display().to_string(), reason };
+        let corrupt = |reason: String| UsernsError::Corrupt {
+            path: self.path.display().to_string(),
+            reason,
+        };
         let file: LeaseFile = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
         if file.version != FORMAT_VERSION {
-            return Err(corrupt(format!("format version {} (this rund reads {FORMAT_VERSION})", file.version)));
+            return Err(corrupt(format!(
+                "format version {} (this rund reads {FORMAT_VERSION})",
+                file.version
+            )));
         }
         check_invariants(&file.leases).map_err(corrupt)?;
         Ok(file)
@@ -110,14 +125,20 @@ fn check_invariants(leases: &[LeaseEntry]) -> Result<(), String> {
             return Err(format!("lease {i} has an empty sandbox id"));
         }
         if r.size == 0 || r.host_base == 0 || r.host_base as u64 + r.size as u64 > u32::MAX as u64 {
-            return Err(format!("lease {:?} has an invalid range {}+{}", l.sandbox_id, r.host_base, r.size));
+            return Err(format!(
+                "lease {:?} has an invalid range {}+{}",
+                l.sandbox_id, r.host_base, r.size
+            ));
         }
         for o in &leases[..i] {
             if o.sandbox_id == l.sandbox_id {
                 return Err(format!("sandbox {:?} has two leases", l.sandbox_id));
             }
             if overlaps(r.host_base, r.size, o.lease.host_base, o.lease.size) {
-                return Err(format!("leases {:?} and {:?} overlap", o.sandbox_id, l.sandbox_id));
+                return Err(format!(
+                    "leases {:?} and {:?} overlap",
+                    o.sandbox_id, l.sandbox_id
+                ));
             }
         }
     }

@@ -52,7 +52,11 @@ impl LeaseStore {
     /// The store in `dir` (its leases file is `dir/leases.json`). Checks the
     /// pool config; touches nothing on disk until the first operation.
     pub fn new(dir: impl Into<PathBuf>, cfg: &UsernsConfig) -> Result<LeaseStore, UsernsError> {
-        Ok(LeaseStore { dir: dir.into(), pool: Pool::from_config(cfg)?, live: Arc::new(ProcLiveness) })
+        Ok(LeaseStore {
+            dir: dir.into(),
+            pool: Pool::from_config(cfg)?,
+            live: Arc::new(ProcLiveness),
+        })
     }
 
     /// The default place: `<state_dir>/userns/leases.json`.
@@ -83,7 +87,10 @@ impl LeaseStore {
         if sandbox_id.is_empty() {
             return Err(UsernsError::Config("empty sandbox id".into()));
         }
-        let owner = self.live.owner(owner_pid).ok_or(UsernsError::OwnerGone(owner_pid))?;
+        let owner = self
+            .live
+            .owner(owner_pid)
+            .ok_or(UsernsError::OwnerGone(owner_pid))?;
         let locked = file::lock(&self.dir)?;
         let mut state = locked.load()?;
         if let Some(e) = state.leases.iter_mut().find(|e| e.sandbox_id == sandbox_id) {
@@ -104,7 +111,9 @@ impl LeaseStore {
             if reclaimed > 0 {
                 locked.store(&state)?;
             }
-            let in_use = (0..self.pool.count).filter(|&i| self.slot_taken(i, &state.leases)).count();
+            let in_use = (0..self.pool.count)
+                .filter(|&i| self.slot_taken(i, &state.leases))
+                .count();
             return Err(UsernsError::Exhausted {
                 in_use: in_use as u32,
                 count: self.pool.count,
@@ -112,7 +121,11 @@ impl LeaseStore {
                 size: self.pool.size,
             });
         };
-        state.leases.push(LeaseEntry { sandbox_id: sandbox_id.to_string(), lease, owner });
+        state.leases.push(LeaseEntry {
+            sandbox_id: sandbox_id.to_string(),
+            lease,
+            owner,
+        });
         locked.store(&state)?;
         Ok(lease)
     }
@@ -120,14 +133,21 @@ impl LeaseStore {
     /// Hands `sandbox_id`'s lease to `owner_pid` (e.g. the sandbox agent,
     /// whose life is the sandbox's). Errors if there is no such lease.
     pub fn adopt(&self, sandbox_id: &str, owner_pid: i32) -> Result<Lease, UsernsError> {
-        let owner = self.live.owner(owner_pid).ok_or(UsernsError::OwnerGone(owner_pid))?;
+        let owner = self
+            .live
+            .owner(owner_pid)
+            .ok_or(UsernsError::OwnerGone(owner_pid))?;
         let locked = file::lock(&self.dir)?;
         let mut state = locked.load()?;
         let e = state
             .leases
             .iter_mut()
             .find(|e| e.sandbox_id == sandbox_id)
-            .ok_or_else(|| UsernsError::Config(format!("sandbox {sandbox_id:?} has no user namespace lease")))?;
+            .ok_or_else(|| {
+                UsernsError::Config(format!(
+                    "sandbox {sandbox_id:?} has no user namespace lease"
+                ))
+            })?;
         e.owner = owner;
         let lease = e.lease;
         locked.store(&state)?;
@@ -149,7 +169,12 @@ impl LeaseStore {
 
     pub fn get(&self, sandbox_id: &str) -> Result<Option<Lease>, UsernsError> {
         let locked = file::lock(&self.dir)?;
-        Ok(locked.load()?.leases.into_iter().find(|e| e.sandbox_id == sandbox_id).map(|e| e.lease))
+        Ok(locked
+            .load()?
+            .leases
+            .into_iter()
+            .find(|e| e.sandbox_id == sandbox_id)
+            .map(|e| e.lease))
     }
 
     /// Every lease, live or leaked, in file order.
@@ -161,7 +186,10 @@ impl LeaseStore {
     pub fn reclaim(&self) -> Result<Vec<LeaseEntry>, UsernsError> {
         let locked = file::lock(&self.dir)?;
         let mut state = locked.load()?;
-        let (live, dead): (Vec<_>, Vec<_>) = state.leases.into_iter().partition(|e| self.live.is_alive(&e.owner));
+        let (live, dead): (Vec<_>, Vec<_>) = state
+            .leases
+            .into_iter()
+            .partition(|e| self.live.is_alive(&e.owner));
         state.leases = live;
         if !dead.is_empty() {
             locked.store(&state)?;
@@ -177,7 +205,9 @@ impl LeaseStore {
 
     fn slot_taken(&self, i: u32, leases: &[LeaseEntry]) -> bool {
         let base = self.pool.slot_base(i);
-        leases.iter().any(|e| overlaps(base, self.pool.size, e.lease.host_base, e.lease.size))
+        leases
+            .iter()
+            .any(|e| overlaps(base, self.pool.size, e.lease.host_base, e.lease.size))
     }
 
     /// Leases may come from an older pool config, so a slot is free only if
@@ -185,6 +215,10 @@ impl LeaseStore {
     fn lowest_free(&self, leases: &[LeaseEntry]) -> Option<Lease> {
         (0..self.pool.count)
             .find(|&i| !self.slot_taken(i, leases))
-            .map(|index| Lease { host_base: self.pool.slot_base(index), size: self.pool.size, index })
+            .map(|index| Lease {
+                host_base: self.pool.slot_base(index),
+                size: self.pool.size,
+                index,
+            })
     }
 }

@@ -21,7 +21,11 @@ pub trait Liveness: Send + Sync {
 
     /// The owner record for a running `pid`.
     fn owner(&self, pid: i32) -> Option<Owner> {
-        Some(Owner { pid, start_time: self.start_time(pid)?, boot_id: self.boot_id() })
+        Some(Owner {
+            pid,
+            start_time: self.start_time(pid)?,
+            boot_id: self.boot_id(),
+        })
     }
 
     fn is_alive(&self, owner: &Owner) -> bool {
@@ -80,8 +84,14 @@ mod tests {
         let me = std::process::id() as i32;
         let owner = ProcLiveness.owner(me).expect("own stat");
         assert!(ProcLiveness.is_alive(&owner));
-        assert!(!ProcLiveness.is_alive(&Owner { start_time: owner.start_time + 1, ..owner.clone() }));
-        assert!(!ProcLiveness.is_alive(&Owner { boot_id: "other-boot".into(), ..owner }));
+        assert!(!ProcLiveness.is_alive(&Owner {
+            start_time: owner.start_time + 1,
+            ..owner.clone()
+        }));
+        assert!(!ProcLiveness.is_alive(&Owner {
+            boot_id: "other-boot".into(),
+            ..owner
+        }));
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id() as i32;
         child.wait().unwrap();

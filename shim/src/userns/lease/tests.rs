@@ -27,8 +27,15 @@ impl Liveness for Fake {
 
 fn store(dir: &Path, count: u32) -> (LeaseStore, Arc<Fake>) {
     let fake = Arc::new(Fake::default());
-    let cfg = UsernsConfig { enabled: true, base: 100_000, size: 1000, count };
-    let s = LeaseStore::new(dir, &cfg).unwrap().with_liveness(fake.clone());
+    let cfg = UsernsConfig {
+        enabled: true,
+        base: 100_000,
+        size: 1000,
+        count,
+    };
+    let s = LeaseStore::new(dir, &cfg)
+        .unwrap()
+        .with_liveness(fake.clone());
     (s, fake)
 }
 
@@ -60,13 +67,27 @@ fn dead_owner_is_reclaimed_and_same_id_survives_restart() {
     fake.kill(10);
     fake.spawn(12, 5);
     assert_eq!(s.allocate("a", 12).unwrap(), a);
-    assert_eq!(s.list().unwrap().iter().find(|e| e.sandbox_id == "a").unwrap().owner.pid, 12);
+    assert_eq!(
+        s.list()
+            .unwrap()
+            .iter()
+            .find(|e| e.sandbox_id == "a")
+            .unwrap()
+            .owner
+            .pid,
+        12
+    );
     // Pool full; "b"'s owner dies and its pid is reused: reclaimed.
     fake.kill(11);
     fake.spawn(11, 99);
     let c = s.allocate("c", 12).unwrap();
     assert_eq!(c.index, 1);
-    let ids: Vec<_> = s.list().unwrap().into_iter().map(|e| e.sandbox_id).collect();
+    let ids: Vec<_> = s
+        .list()
+        .unwrap()
+        .into_iter()
+        .map(|e| e.sandbox_id)
+        .collect();
     assert_eq!(ids, ["a", "c"]);
 }
 
@@ -106,8 +127,14 @@ fn exhaustion_names_the_pool_and_the_fix() {
 fn owner_must_be_running() {
     let dir = tempfile::tempdir().unwrap();
     let (s, _fake) = store(dir.path(), 2);
-    assert!(matches!(s.allocate("a", 77), Err(UsernsError::OwnerGone(77))));
-    assert!(!s.path().exists(), "nothing written for a refused allocation");
+    assert!(matches!(
+        s.allocate("a", 77),
+        Err(UsernsError::OwnerGone(77))
+    ));
+    assert!(
+        !s.path().exists(),
+        "nothing written for a refused allocation"
+    );
 }
 
 #[test]
@@ -116,8 +143,15 @@ fn leases_from_an_older_pool_config_are_respected() {
     let (old, fake) = store(dir.path(), 4);
     fake.spawn(10, 1);
     old.allocate("a", 10).unwrap(); // 100000..101000
-    let cfg = UsernsConfig { enabled: true, base: 100_500, size: 1000, count: 3 };
-    let new = LeaseStore::new(dir.path(), &cfg).unwrap().with_liveness(fake.clone());
+    let cfg = UsernsConfig {
+        enabled: true,
+        base: 100_500,
+        size: 1000,
+        count: 3,
+    };
+    let new = LeaseStore::new(dir.path(), &cfg)
+        .unwrap()
+        .with_liveness(fake.clone());
     // Slot 0 (100500..101500) overlaps "a": skip to slot 1.
     assert_eq!(new.allocate("b", 10).unwrap().host_base, 101_500);
 }
@@ -130,14 +164,27 @@ fn corrupt_files_are_errors_naming_the_file() {
     for text in ["{not json", "", r#"{"version":9,"leases":[]}"#] {
         std::fs::write(s.path(), text).unwrap();
         let e = s.allocate("a", 10).unwrap_err();
-        assert!(e.to_string().contains(&s.path().display().to_string()), "{e}");
+        assert!(
+            e.to_string().contains(&s.path().display().to_string()),
+            "{e}"
+        );
         assert!(matches!(e, UsernsError::Corrupt { .. }), "{e}");
-        assert_eq!(std::fs::read_to_string(s.path()).unwrap(), text, "left untouched");
+        assert_eq!(
+            std::fs::read_to_string(s.path()).unwrap(),
+            text,
+            "left untouched"
+        );
     }
     let entry = |id: &str, base: u32| {
-        format!(r#"{{"sandbox_id":"{id}","host_base":{base},"size":1000,"index":0,"owner":{{"pid":10,"start_time":1,"boot_id":"boot-1"}}}}"#)
+        format!(
+            r#"{{"sandbox_id":"{id}","host_base":{base},"size":1000,"index":0,"owner":{{"pid":10,"start_time":1,"boot_id":"boot-1"}}}}"#
+        )
     };
-    let overlapping = format!(r#"{{"version":1,"leases":[{},{}]}}"#, entry("a", 100_000), entry("b", 100_500));
+    let overlapping = format!(
+        r#"{{"version":1,"leases":[{},{}]}}"#,
+        entry("a", 100_000),
+        entry("b", 100_500)
+    );
     std::fs::write(s.path(), overlapping).unwrap();
     assert!(s.list().unwrap_err().to_string().contains("overlap"));
     let ok = format!(r#"{{"version":1,"leases":[{}]}}"#, entry("a", 100_000));
