@@ -4,7 +4,7 @@ TARGET_DIR ?= $(CURDIR)/target
 BIN_DIR := $(TARGET_DIR)/debug
 export RUND_BIN_DIR := $(BIN_DIR)
 
-.PHONY: all deps build demo test test-unit test-integration lint fmt bench bench-quick clean
+.PHONY: all deps build demo test test-unit test-integration lint fmt bench bench-quick bench-micro clean
 
 all: build
 
@@ -36,13 +36,19 @@ test-integration:
 fmt:
 	$(CARGO) fmt --all
 
+# rund against runc-v2 side by side on one private containerd; results in
+# target/bench/ (results.json, plot.svg). BENCH_ARGS passes flags through.
 bench: deps
-	$(CARGO) build --release --workspace --bins
-	RUND_BIN_DIR=$(TARGET_DIR)/release $(CARGO) run --release -p rund-benches --bin rund-bench -- $(BENCH_ARGS)
+	$(CARGO) build --release -p rund-shim -p rund-agent -p rund-benches
+	RUND_BIN_DIR=$(TARGET_DIR)/release $(TARGET_DIR)/release/rund-bench $(BENCH_ARGS)
 
 bench-quick: deps
-	$(CARGO) build --release --workspace --bins
-	RUND_BIN_DIR=$(TARGET_DIR)/release $(CARGO) run --release -p rund-benches --bin rund-bench -- --quick $(BENCH_ARGS)
+	$(CARGO) build --release -p rund-shim -p rund-agent -p rund-benches
+	RUND_BIN_DIR=$(TARGET_DIR)/release $(TARGET_DIR)/release/rund-bench --quick $(BENCH_ARGS)
+
+# criterion micro-benches (cgroup claim vs mkdir, spec processing, device scan).
+bench-micro: deps
+	$(CARGO) bench -p rund-benches --features spec-bench,devices-bench
 
 clean:
 	$(CARGO) clean

@@ -60,9 +60,16 @@ pub struct FdHeader {
 }
 
 /// Sends `header` with `fds` (same order as `header.fds`).
-pub fn send(sock: BorrowedFd<'_>, header: &FdHeader, fds: &[BorrowedFd<'_>]) -> Result<(), FdPassError> {
+pub fn send(
+    sock: BorrowedFd<'_>,
+    header: &FdHeader,
+    fds: &[BorrowedFd<'_>],
+) -> Result<(), FdPassError> {
     if fds.len() != header.fds.len() {
-        return Err(FdPassError::Count { listed: header.fds.len(), got: fds.len() });
+        return Err(FdPassError::Count {
+            listed: header.fds.len(),
+            got: fds.len(),
+        });
     }
     if fds.len() > MAX_FDS {
         return Err(FdPassError::TooMany(fds.len()));
@@ -70,7 +77,11 @@ pub fn send(sock: BorrowedFd<'_>, header: &FdHeader, fds: &[BorrowedFd<'_>]) -> 
     let body = serde_json::to_vec(header)?;
     let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
     let iov = [IoSlice::new(&body)];
-    let cmsgs = if raw.is_empty() { vec![] } else { vec![ControlMessage::ScmRights(&raw)] };
+    let cmsgs = if raw.is_empty() {
+        vec![]
+    } else {
+        vec![ControlMessage::ScmRights(&raw)]
+    };
     sendmsg::<()>(sock.as_raw_fd(), &iov, &cmsgs, MsgFlags::MSG_NOSIGNAL, None)?;
     Ok(())
 }
@@ -82,7 +93,12 @@ pub fn recv(sock: BorrowedFd<'_>) -> Result<(FdHeader, Vec<OwnedFd>), FdPassErro
     let mut cmsg = cmsg_space!([RawFd; MAX_FDS]);
     let (len, fds, truncated) = {
         let mut iov = [IoSliceMut::new(&mut buf)];
-        let msg = recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)?;
+        let msg = recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )?;
         let mut fds = Vec::new();
         for c in msg.cmsgs()? {
             if let ControlMessageOwned::ScmRights(list) = c {
@@ -92,7 +108,9 @@ pub fn recv(sock: BorrowedFd<'_>) -> Result<(FdHeader, Vec<OwnedFd>), FdPassErro
                 }
             }
         }
-        let truncated = msg.flags.intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC);
+        let truncated = msg
+            .flags
+            .intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC);
         (msg.bytes, fds, truncated)
     };
     if truncated {
@@ -103,7 +121,10 @@ pub fn recv(sock: BorrowedFd<'_>) -> Result<(FdHeader, Vec<OwnedFd>), FdPassErro
     }
     let header: FdHeader = serde_json::from_slice(&buf[..len])?;
     if header.fds.len() != fds.len() {
-        return Err(FdPassError::Count { listed: header.fds.len(), got: fds.len() });
+        return Err(FdPassError::Count {
+            listed: header.fds.len(),
+            got: fds.len(),
+        });
     }
     Ok((header, fds))
 }
@@ -115,7 +136,13 @@ mod tests {
     use std::os::fd::AsFd;
 
     fn pair() -> (OwnedFd, OwnedFd) {
-        socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap()
+        socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap()
     }
 
     #[test]
@@ -137,8 +164,14 @@ mod tests {
     #[test]
     fn count_mismatch_is_refused_before_sending() {
         let (a, _b) = pair();
-        let h = FdHeader { fds: vec![FdKind::Stdout], ..Default::default() };
-        assert!(matches!(send(a.as_fd(), &h, &[]), Err(FdPassError::Count { .. })));
+        let h = FdHeader {
+            fds: vec![FdKind::Stdout],
+            ..Default::default()
+        };
+        assert!(matches!(
+            send(a.as_fd(), &h, &[]),
+            Err(FdPassError::Count { .. })
+        ));
     }
 
     #[test]

@@ -95,11 +95,20 @@ mod tests {
 
     #[test]
     fn sync_messages_roundtrip() {
-        let (a, b) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap();
+        let (a, b) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap();
         send_json(a.as_fd(), &SyncMsg::AgentPid { pid: 42 }).unwrap();
         let m: SyncMsg = recv_json(b.as_fd()).unwrap();
         assert_eq!(m, SyncMsg::AgentPid { pid: 42 });
         drop(a);
-        assert!(matches!(recv_json::<SyncMsg>(b.as_fd()), Err(SyncError::Closed)));
+        assert!(matches!(
+            recv_json::<SyncMsg>(b.as_fd()),
+            Err(SyncError::Closed)
+        ));
     }
 }

@@ -32,6 +32,12 @@ pub enum ShimError {
     Cgroup(#[from] crate::cgroups::CgroupError),
     #[error(transparent)]
     Rlimit(#[from] crate::rlimit::RlimitError),
+    #[error(transparent)]
+    Devices(#[from] rund_devices::DeviceError),
+    #[error(transparent)]
+    Gate(#[from] rund_check::GateError),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
     #[error("{0}")]
     Internal(String),
 }
@@ -43,13 +49,20 @@ impl ShimError {
         match self {
             ShimError::NotFound(_) => Code::NOT_FOUND,
             ShimError::AlreadyExists(_) => Code::ALREADY_EXISTS,
-            ShimError::InvalidArgument(_) | ShimError::Spec(_) => Code::INVALID_ARGUMENT,
+            ShimError::InvalidArgument(_) | ShimError::Spec(_) | ShimError::Devices(_) => {
+                Code::INVALID_ARGUMENT
+            }
+            ShimError::Config(_) => Code::INVALID_ARGUMENT,
+            ShimError::Gate(_) => Code::FAILED_PRECONDITION,
             ShimError::FailedPrecondition(_) | ShimError::Rlimit(_) => Code::FAILED_PRECONDITION,
             ShimError::Unimplemented(_) => Code::UNIMPLEMENTED,
             ShimError::Rootfs(RootfsError::Missing(_)) => Code::INVALID_ARGUMENT,
             ShimError::Rootfs(RootfsError::Unsupported(_)) => Code::UNIMPLEMENTED,
             ShimError::Cgroup(e) if e.is_unimplemented() => Code::UNIMPLEMENTED,
-            ShimError::Sandbox(SandboxError::Rpc { status: ttrpc::Error::RpcStatus(s), .. }) => s.code(),
+            ShimError::Sandbox(SandboxError::Rpc {
+                status: ttrpc::Error::RpcStatus(s),
+                ..
+            }) => s.code(),
             ShimError::Sandbox(SandboxError::BadMapping(_)) => Code::INVALID_ARGUMENT,
             ShimError::Io(IoError::Scheme(..)) => Code::UNIMPLEMENTED,
             _ => Code::INTERNAL,
@@ -60,9 +73,10 @@ impl ShimError {
     /// own text without ttrpc's wrapping.
     pub fn message(&self) -> String {
         match self {
-            ShimError::Sandbox(SandboxError::Rpc { status: ttrpc::Error::RpcStatus(s), .. }) => {
-                s.message.clone()
-            }
+            ShimError::Sandbox(SandboxError::Rpc {
+                status: ttrpc::Error::RpcStatus(s),
+                ..
+            }) => s.message.clone(),
             other => other.to_string(),
         }
     }
@@ -80,12 +94,18 @@ mod tests {
 
     #[test]
     fn codes_map_at_the_edge() {
-        assert_eq!(ShimError::Unimplemented("Checkpoint".into()).code(), Code::UNIMPLEMENTED);
+        assert_eq!(
+            ShimError::Unimplemented("Checkpoint".into()).code(),
+            Code::UNIMPLEMENTED
+        );
         let spec = SpecError::Malformed("x".into());
         assert_eq!(ShimError::from(spec).code(), Code::INVALID_ARGUMENT);
         let agent = SandboxError::Rpc {
             rpc: "CreateProcess",
-            status: ttrpc::Error::RpcStatus(ttrpc::get_status(Code::NOT_FOUND, "exec: \"nope\": not found")),
+            status: ttrpc::Error::RpcStatus(ttrpc::get_status(
+                Code::NOT_FOUND,
+                "exec: \"nope\": not found",
+            )),
         };
         let e = ShimError::from(agent);
         assert_eq!(e.code(), Code::NOT_FOUND);

@@ -14,6 +14,7 @@ pub mod cri;
 pub mod error;
 pub mod image;
 pub mod leaks;
+pub mod ocispec;
 pub mod rootfs;
 
 pub use bins::{rund_bins_or_skip, RundBins};

@@ -16,7 +16,11 @@ pub fn to_any(s: &Stats) -> Result<Any, String> {
     } else {
         (V1_TYPE_URL, to_v1(s).write_to_bytes())
     };
-    Ok(Any { type_url: type_url.into(), value: value.map_err(|e| e.to_string())?, ..Default::default() })
+    Ok(Any {
+        type_url: type_url.into(),
+        value: value.map_err(|e| e.to_string())?,
+        ..Default::default()
+    })
 }
 
 fn raw(s: &Stats, k: &str) -> u64 {
@@ -46,8 +50,12 @@ pub fn to_v1(s: &Stats) -> v1::Metrics {
             ..Default::default()
         })
         .into(),
-        swap: Some(v1::MemoryEntry { limit: s.memory.swap_limit, usage: s.memory.swap_usage, ..Default::default() })
-            .into(),
+        swap: Some(v1::MemoryEntry {
+            limit: s.memory.swap_limit,
+            usage: s.memory.swap_usage,
+            ..Default::default()
+        })
+        .into(),
         ..Default::default()
     };
     let cpu = v1::CPUStat {
@@ -70,11 +78,22 @@ pub fn to_v1(s: &Stats) -> v1::Metrics {
     };
     let entries = |list: &[rund_cgroup::stats::BlkioEntry]| -> Vec<v1::BlkIOEntry> {
         list.iter()
-            .map(|e| v1::BlkIOEntry { op: e.op.clone(), major: e.major, minor: e.minor, value: e.value, ..Default::default() })
+            .map(|e| v1::BlkIOEntry {
+                op: e.op.clone(),
+                major: e.major,
+                minor: e.minor,
+                value: e.value,
+                ..Default::default()
+            })
             .collect()
     };
     v1::Metrics {
-        pids: Some(v1::PidsStat { current: s.pids.current, limit: s.pids.limit, ..Default::default() }).into(),
+        pids: Some(v1::PidsStat {
+            current: s.pids.current,
+            limit: s.pids.limit,
+            ..Default::default()
+        })
+        .into(),
         cpu: Some(cpu).into(),
         memory: Some(mem).into(),
         blkio: Some(v1::BlkIOStat {
@@ -83,14 +102,23 @@ pub fn to_v1(s: &Stats) -> v1::Metrics {
             ..Default::default()
         })
         .into(),
-        memory_oom_control: Some(v1::MemoryOomControl { oom_kill: s.oom_kills, ..Default::default() }).into(),
+        memory_oom_control: Some(v1::MemoryOomControl {
+            oom_kill: s.oom_kills,
+            ..Default::default()
+        })
+        .into(),
         ..Default::default()
     }
 }
 
 pub fn to_v2(s: &Stats) -> v2::Metrics {
     v2::Metrics {
-        pids: Some(v2::PidsStat { current: s.pids.current, limit: s.pids.limit, ..Default::default() }).into(),
+        pids: Some(v2::PidsStat {
+            current: s.pids.current,
+            limit: s.pids.limit,
+            ..Default::default()
+        })
+        .into(),
         cpu: Some(v2::CPUStat {
             usage_usec: s.cpu.usage_total / 1000,
             user_usec: s.cpu.usage_user / 1000,
@@ -111,7 +139,11 @@ pub fn to_v2(s: &Stats) -> v2::Metrics {
             ..Default::default()
         })
         .into(),
-        memory_events: Some(v2::MemoryEvents { oom_kill: s.oom_kills, ..Default::default() }).into(),
+        memory_events: Some(v2::MemoryEvents {
+            oom_kill: s.oom_kills,
+            ..Default::default()
+        })
+        .into(),
         ..Default::default()
     }
 }
@@ -138,7 +170,10 @@ mod tests {
 
     #[test]
     fn v2_metrics_use_microseconds() {
-        let mut s = Stats { v2: true, ..Default::default() };
+        let mut s = Stats {
+            v2: true,
+            ..Default::default()
+        };
         s.cpu.usage_total = 5_000;
         let any = to_any(&s).unwrap();
         assert_eq!(any.type_url, V2_TYPE_URL);

@@ -33,7 +33,10 @@ async fn blocking<T: Send + 'static>(
     match tokio::task::spawn_blocking(f).await {
         Ok(r) => r.map_err(|source| CgroupError { path, source }),
         Err(e) => Err(CgroupError {
-            source: rund_cgroup::Error::State { path: path.clone().into(), reason: format!("cgroup task: {e}") },
+            source: rund_cgroup::Error::State {
+                path: path.clone().into(),
+                reason: format!("cgroup task: {e}"),
+            },
             path,
         }),
     }
@@ -69,11 +72,18 @@ pub struct ContainerCgroup {
 }
 
 impl ContainerCgroup {
-    pub async fn create(cgroups: &Arc<Cgroups>, path: &str, res: LinuxResources) -> Result<Self, CgroupError> {
+    pub async fn create(
+        cgroups: &Arc<Cgroups>,
+        path: &str,
+        res: LinuxResources,
+    ) -> Result<Self, CgroupError> {
         let cg = cgroups.clone();
         let p = path.to_string();
         let mgr = blocking(path, move || cg.create(&p, Some(&res))).await?;
-        Ok(ContainerCgroup { mgr, path: path.to_string() })
+        Ok(ContainerCgroup {
+            mgr,
+            path: path.to_string(),
+        })
     }
 
     pub fn path(&self) -> &str {
@@ -111,7 +121,10 @@ impl ContainerCgroup {
     }
 
     pub fn oom_watcher(&self) -> Result<OomWatcher, CgroupError> {
-        self.mgr.oom_watcher().map_err(|source| CgroupError { path: self.path.clone(), source })
+        self.mgr.oom_watcher().map_err(|source| CgroupError {
+            path: self.path.clone(),
+            source,
+        })
     }
 
     /// Waits for the cgroup to empty, then recycles it into the pool (or

@@ -11,7 +11,10 @@ pub const ENV_PATH: &str = "RUND_CONFIG";
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("reading rund config {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("rund config {path} is malformed: {reason}")]
     Malformed { path: String, reason: String },
 }
@@ -51,7 +54,10 @@ pub struct MemlockConfig {
 
 impl Default for MemlockConfig {
     fn default() -> Self {
-        MemlockConfig { rdma_default: "unlimited".into(), on_failure: "error".into() }
+        MemlockConfig {
+            rdma_default: "unlimited".into(),
+            on_failure: "error".into(),
+        }
     }
 }
 
@@ -70,7 +76,12 @@ pub struct UsernsConfig {
 
 impl Default for UsernsConfig {
     fn default() -> Self {
-        UsernsConfig { enabled: true, base: 1_000_000, size: 65_536, count: 1024 }
+        UsernsConfig {
+            enabled: true,
+            base: 1_000_000,
+            size: 65_536,
+            count: 1024,
+        }
     }
 }
 
@@ -100,8 +111,13 @@ impl RundConfig {
             .unwrap_or_else(|| PathBuf::from(DEFAULT_PATH));
         match std::fs::read_to_string(&path) {
             Ok(text) => Self::parse(&text, &path),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && explicit.is_none() => Ok(Self::default()),
-            Err(source) => Err(ConfigError::Read { path: path.display().to_string(), source }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && explicit.is_none() => {
+                Ok(Self::default())
+            }
+            Err(source) => Err(ConfigError::Read {
+                path: path.display().to_string(),
+                source,
+            }),
         }
     }
 
@@ -141,7 +157,8 @@ mod tests {
 
     #[test]
     fn malformed_and_unknown_keys_are_errors() {
-        let e = RundConfig::parse("grace_period_seconds = \"x\"", Path::new("/c.toml")).unwrap_err();
+        let e =
+            RundConfig::parse("grace_period_seconds = \"x\"", Path::new("/c.toml")).unwrap_err();
         assert!(e.to_string().contains("/c.toml"), "{e}");
         assert!(RundConfig::parse("bogus = 1", Path::new("x")).is_err());
     }

@@ -22,6 +22,8 @@ pub fn run(_flags: &Flags) -> Result<(), String> {
         ..Default::default()
     };
     let bytes = resp.write_to_bytes().map_err(|e| format!("encode: {e}"))?;
-    std::io::stdout().write_all(&bytes).map_err(|e| format!("write: {e}"))?;
+    std::io::stdout()
+        .write_all(&bytes)
+        .map_err(|e| format!("write: {e}"))?;
     Ok(())
 }

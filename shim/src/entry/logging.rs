@@ -16,7 +16,8 @@ pub fn init(debug: bool) {
     let Ok(file) = file else { return };
     let _ = LOG.set(file);
     let level = if debug { "debug" } else { "info" };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("RUND_LOG").unwrap_or_else(|_| level.into());
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("RUND_LOG").unwrap_or_else(|_| level.into());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(false)
@@ -26,5 +27,7 @@ pub fn init(debug: bool) {
 
 /// A dup of the log for the agent's stderr.
 pub fn agent_log_fd() -> Option<OwnedFd> {
-    LOG.get().and_then(|f| f.try_clone().ok()).map(OwnedFd::from)
+    LOG.get()
+        .and_then(|f| f.try_clone().ok())
+        .map(OwnedFd::from)
 }

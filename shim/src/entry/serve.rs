@@ -46,7 +46,11 @@ async fn serve(flags: Flags) -> Result<(), String> {
     let publisher = if ttrpc_address.is_empty() {
         None
     } else {
-        Some(RemotePublisher::new(&ttrpc_address).await.map_err(|e| format!("publisher: {e}"))?)
+        Some(
+            RemotePublisher::new(&ttrpc_address)
+                .await
+                .map_err(|e| format!("publisher: {e}"))?,
+        )
     };
     let exit = Arc::new(ExitSignal::default());
     let service = Arc::new(Service::new(
@@ -63,19 +67,29 @@ async fn serve(flags: Flags) -> Result<(), String> {
     let listener = UnixListener::bind(&path).map_err(|e| format!("bind {path}: {e}"))?;
     let listener = Listener::try_from(listener).map_err(|e| format!("listener: {e}"))?;
 
-    let task: Arc<dyn containerd_shim_protos::shim_async::Task + Send + Sync> = Arc::new(crate::task::TaskHandler(service.clone()));
+    let task: Arc<dyn containerd_shim_protos::shim_async::Task + Send + Sync> =
+        Arc::new(crate::task::TaskHandler(service.clone()));
     let mut services = create_task(task.clone());
     if let Some(v3) = create_task(task).remove(TASK_V2) {
         services.insert(TASK_V3.to_string(), v3);
     }
-    let mut server = Server::new().add_listener(listener).register_service(services);
-    server.start().await.map_err(|e| format!("ttrpc server: {e}"))?;
+    let mut server = Server::new()
+        .add_listener(listener)
+        .register_service(services);
+    server
+        .start()
+        .await
+        .map_err(|e| format!("ttrpc server: {e}"))?;
     signal_started();
     tracing::info!(socket = %path, "rund shim serving");
 
     let sigterm_service = service.clone();
     tokio::spawn(async move {
-        let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else { return };
+        let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        else {
+            return;
+        };
         if term.recv().await.is_some() {
             tracing::info!("SIGTERM: tearing the sandbox down");
             crate::task::teardown_all(&sigterm_service).await;
@@ -105,7 +119,9 @@ pub fn record_agent(bundle: &Path, pid: i32) {
 /// still the same process.
 pub fn kill_recorded_agent(bundle: &Path) {
     let file = bundle.join("rund-agent.pid");
-    let Ok(text) = std::fs::read_to_string(&file) else { return };
+    let Ok(text) = std::fs::read_to_string(&file) else {
+        return;
+    };
     let mut it = text.split_whitespace();
     let (Some(pid), Some(start)) = (
         it.next().and_then(|p| p.parse::<i32>().ok()),
@@ -114,7 +130,10 @@ pub fn kill_recorded_agent(bundle: &Path) {
         return;
     };
     if start_time(pid) == Some(start) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
     }
     let _ = std::fs::remove_file(file);
 }

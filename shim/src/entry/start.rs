@@ -25,11 +25,20 @@ pub fn run(flags: &Flags) -> Result<(), String> {
     }
     let exe = std::env::current_exe().map_err(|e| format!("current exe: {e}"))?;
     let mut cmd = Command::new(exe);
-    cmd.args(["-namespace", &flags.namespace, "-id", &flags.id, "-address", &flags.address, "-socket", &address])
-        .current_dir(&bundle)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
+    cmd.args([
+        "-namespace",
+        &flags.namespace,
+        "-id",
+        &flags.id,
+        "-address",
+        &flags.address,
+        "-socket",
+        &address,
+    ])
+    .current_dir(&bundle)
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null());
     if !flags.publish_binary.is_empty() {
         cmd.args(["-publish-binary", &flags.publish_binary]);
     }
@@ -51,7 +60,10 @@ pub fn run(flags: &Flags) -> Result<(), String> {
         let _ = so.read_to_string(&mut out);
     }
     if let Ok(Some(status)) = child.try_wait() {
-        return Err(format!("shim server exited early ({status}): {}", out.trim()));
+        return Err(format!(
+            "shim server exited early ({status}): {}",
+            out.trim()
+        ));
     }
     write_address(&bundle, &address)?;
     std::io::stdout()

@@ -17,7 +17,11 @@ use rund_proto::fdpass::FdKind;
 #[derive(Debug, thiserror::Error)]
 pub enum IoError {
     #[error("opening {what} {path}: {source}")]
-    Open { what: &'static str, path: String, source: std::io::Error },
+    Open {
+        what: &'static str,
+        path: String,
+        source: std::io::Error,
+    },
     #[error("stdio {0}: only FIFO and file paths are supported, not {1}")]
     Scheme(&'static str, String),
     #[error("pty: {0}")]
@@ -43,7 +47,10 @@ pub struct Stdio {
 
 impl Stdio {
     pub fn fds(&self) -> (Vec<FdKind>, Vec<BorrowedFd<'_>>) {
-        self.pass.iter().map(|(k, f)| (k.clone(), f.as_fd())).unzip()
+        self.pass
+            .iter()
+            .map(|(k, f)| (k.clone(), f.as_fd()))
+            .unzip()
     }
 }
 
@@ -52,7 +59,11 @@ pub fn open(paths: &StdioPaths) -> Result<Stdio, IoError> {
     if paths.terminal {
         let pty = pty::Pty::open(paths)?;
         let slave = pty.take_slave()?;
-        return Ok(Stdio { pass: vec![(FdKind::Console, slave)], stdin: None, pty: Some(pty) });
+        return Ok(Stdio {
+            pass: vec![(FdKind::Console, slave)],
+            stdin: None,
+            pty: Some(pty),
+        });
     }
     let mut pass = Vec::new();
     for (kind, what, path) in [
@@ -69,7 +80,11 @@ pub fn open(paths: &StdioPaths) -> Result<Stdio, IoError> {
         pass.push((FdKind::Stdin, read_end));
         stdin = Some(feeder);
     }
-    Ok(Stdio { pass, stdin, pty: None })
+    Ok(Stdio {
+        pass,
+        stdin,
+        pty: None,
+    })
 }
 
 fn strip_scheme<'a>(what: &'static str, path: &'a str) -> Result<&'a str, IoError> {
@@ -87,21 +102,35 @@ pub fn open_output(what: &'static str, path: &str) -> Result<Option<File>, IoErr
         return Ok(None);
     }
     let p = strip_scheme(what, path)?;
-    let err = |source| IoError::Open { what, path: p.to_string(), source };
+    let err = |source| IoError::Open {
+        what,
+        path: p.to_string(),
+        source,
+    };
     let is_fifo = std::fs::metadata(p)
         .map(|m| std::os::unix::fs::FileTypeExt::is_fifo(&m.file_type()))
         .unwrap_or(false);
     let file = if is_fifo {
-        match OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(p) {
+        match OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(p)
+        {
             Ok(f) => f,
             // No reader yet: O_RDWR never blocks on a FIFO.
-            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
-                OpenOptions::new().read(true).write(true).open(p).map_err(err)?
-            }
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(p)
+                .map_err(err)?,
             Err(e) => return Err(err(e)),
         }
     } else {
-        OpenOptions::new().append(true).create(true).open(p).map_err(err)?
+        OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(p)
+            .map_err(err)?
     };
     set_blocking(&file).map_err(err)?;
     Ok(Some(file))
@@ -120,6 +149,20 @@ pub fn is_fifo(path: &Path) -> bool {
     std::fs::metadata(path)
         .map(|m| std::os::unix::fs::FileTypeExt::is_fifo(&m.file_type()))
         .unwrap_or(false)
+}
+
+/// Registers an owned fd with the tokio reactor.
+pub fn async_fd(fd: OwnedFd) -> std::io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+    async_fd_of(fd)
+}
+
+/// Registers any fd-owning value with the tokio reactor.
+pub fn async_fd_of<T: std::os::fd::AsRawFd>(v: T) -> std::io::Result<tokio::io::unix::AsyncFd<T>> {
+    // SAFETY: callers pass values that own their fd (OwnedFd, an eventfd
+    // wrapper): it stays open, with the same number, until the AsyncFd that
+    // owns the value is dropped.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(v, tokio::io::Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)
 }
 
 #[cfg(test)]
@@ -145,18 +188,4 @@ mod tests {
     fn empty_path_is_none() {
         assert!(open_output("stderr", "").unwrap().is_none());
     }
-}
-
-/// Registers an owned fd with the tokio reactor.
-pub fn async_fd(fd: OwnedFd) -> std::io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
-    async_fd_of(fd)
-}
-
-/// Registers any fd-owning value with the tokio reactor.
-pub fn async_fd_of<T: std::os::fd::AsRawFd>(v: T) -> std::io::Result<tokio::io::unix::AsyncFd<T>> {
-    // SAFETY: callers pass values that own their fd (OwnedFd, an eventfd
-    // wrapper): it stays open, with the same number, until the AsyncFd that
-    // owns the value is dropped.
-    unsafe { tokio::io::unix::AsyncFd::register_with_interest(v, tokio::io::Interest::READABLE) }
-        .map_err(|e| e.into_parts().1)
 }

@@ -37,7 +37,13 @@ impl Pty {
         if !paths.stdin.is_empty() {
             spawn_input(master.clone(), paths.stdin.clone(), stdin_close.clone())?;
         }
-        Ok(Pty { master, slave: Mutex::new(Some(pair.slave)), output_done, done_flag, stdin_close })
+        Ok(Pty {
+            master,
+            slave: Mutex::new(Some(pair.slave)),
+            output_done,
+            done_flag,
+            stdin_close,
+        })
     }
 
     pub fn take_slave(&self) -> Result<OwnedFd, IoError> {
@@ -49,11 +55,19 @@ impl Pty {
     }
 
     pub fn resize(&self, width: u32, height: u32) -> Result<(), IoError> {
-        let ws = Winsize { ws_row: height as u16, ws_col: width as u16, ws_xpixel: 0, ws_ypixel: 0 };
+        let ws = Winsize {
+            ws_row: height as u16,
+            ws_col: width as u16,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
         // SAFETY: TIOCSWINSZ reads a Winsize from the pointer we pass.
         let rc = unsafe { libc::ioctl(self.master.as_raw_fd(), libc::TIOCSWINSZ, &ws) };
         if rc < 0 {
-            return Err(IoError::Pty(format!("resize: {}", std::io::Error::last_os_error())));
+            return Err(IoError::Pty(format!(
+                "resize: {}",
+                std::io::Error::last_os_error()
+            )));
         }
         Ok(())
     }
@@ -80,16 +94,22 @@ impl Drop for Pty {
 
 fn set_cloexec(fd: &OwnedFd) -> Result<(), IoError> {
     use nix::fcntl::{fcntl, FcntlArg, FdFlag};
-    fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).map_err(|e| IoError::Pty(format!("cloexec: {e}")))?;
+    fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))
+        .map_err(|e| IoError::Pty(format!("cloexec: {e}")))?;
     Ok(())
 }
 
 fn dup_nonblocking(fd: &OwnedFd) -> Result<OwnedFd, IoError> {
-    let dup = fd.try_clone().map_err(|e| IoError::Pty(format!("dup master: {e}")))?;
+    let dup = fd
+        .try_clone()
+        .map_err(|e| IoError::Pty(format!("dup master: {e}")))?;
     use nix::fcntl::{fcntl, FcntlArg, OFlag};
     let fl = fcntl(&dup, FcntlArg::F_GETFL).map_err(|e| IoError::Pty(e.to_string()))?;
-    fcntl(&dup, FcntlArg::F_SETFL(OFlag::from_bits_truncate(fl) | OFlag::O_NONBLOCK))
-        .map_err(|e| IoError::Pty(e.to_string()))?;
+    fcntl(
+        &dup,
+        FcntlArg::F_SETFL(OFlag::from_bits_truncate(fl) | OFlag::O_NONBLOCK),
+    )
+    .map_err(|e| IoError::Pty(e.to_string()))?;
     Ok(dup)
 }
 
@@ -104,7 +124,9 @@ fn spawn_output(
     tokio::spawn(async move {
         let mut buf = vec![0u8; 32 * 1024];
         loop {
-            let Ok(mut guard) = fd.readable().await else { break };
+            let Ok(mut guard) = fd.readable().await else {
+                break;
+            };
             let r = guard.try_io(|inner| {
                 nix::unistd::read(inner.get_ref(), &mut buf).map_err(std::io::Error::from)
             });
@@ -139,8 +161,12 @@ fn spawn_input(master: Arc<OwnedFd>, stdin: String, close: Arc<Notify>) -> Resul
                 return;
             }
         };
-        let Ok(mut reader) = tokio::net::unix::pipe::Receiver::from_file(file) else { return };
-        let Ok(writer) = super::async_fd(writer) else { return };
+        let Ok(mut reader) = tokio::net::unix::pipe::Receiver::from_file(file) else {
+            return;
+        };
+        let Ok(writer) = super::async_fd(writer) else {
+            return;
+        };
         let mut buf = vec![0u8; 4096];
         loop {
             let n = tokio::select! {
@@ -149,8 +175,12 @@ fn spawn_input(master: Arc<OwnedFd>, stdin: String, close: Arc<Notify>) -> Resul
             };
             let mut off = 0;
             while off < n {
-                let Ok(mut g) = writer.writable().await else { return };
-                match g.try_io(|w| nix::unistd::write(w.get_ref(), &buf[off..n]).map_err(std::io::Error::from)) {
+                let Ok(mut g) = writer.writable().await else {
+                    return;
+                };
+                match g.try_io(|w| {
+                    nix::unistd::write(w.get_ref(), &buf[off..n]).map_err(std::io::Error::from)
+                }) {
                     Ok(Ok(w)) => off += w,
                     Ok(Err(_)) => return,
                     Err(_) => continue,

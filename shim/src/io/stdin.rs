@@ -17,11 +17,12 @@ impl StdinFeeder {
     /// Creates the pipe and starts the copier; returns the read end to pass.
     pub fn new(fifo: &str) -> Result<(StdinFeeder, OwnedFd), IoError> {
         let path = super::strip_scheme("stdin", fifo)?.to_string();
-        let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| IoError::Open {
-            what: "stdin pipe",
-            path: path.clone(),
-            source: e.into(),
-        })?;
+        let (read_end, write_end) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| IoError::Open {
+                what: "stdin pipe",
+                path: path.clone(),
+                source: e.into(),
+            })?;
         let close = Arc::new(Notify::new());
         let closed = close.clone();
         tokio::spawn(async move {
@@ -38,7 +39,9 @@ impl StdinFeeder {
                     return;
                 }
             };
-            let Ok(mut reader) = tokio::net::unix::pipe::Receiver::from_file(file) else { return };
+            let Ok(mut reader) = tokio::net::unix::pipe::Receiver::from_file(file) else {
+                return;
+            };
             let mut buf = vec![0u8; 32 * 1024];
             loop {
                 tokio::select! {

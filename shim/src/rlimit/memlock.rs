@@ -13,8 +13,11 @@ pub fn parse_limit(what: &str, v: &str) -> Result<u64, RlimitError> {
     if v == "unlimited" || v == "infinity" {
         return Ok(libc::RLIM_INFINITY);
     }
-    v.parse::<u64>()
-        .map_err(|_| RlimitError::BadValue(format!("{what}: {v:?} is not \"unlimited\" or a number of bytes")))
+    v.parse::<u64>().map_err(|_| {
+        RlimitError::BadValue(format!(
+            "{what}: {v:?} is not \"unlimited\" or a number of bytes"
+        ))
+    })
 }
 
 /// The spec's rlimits plus the memlock default: an explicit RLIMIT_MEMLOCK
@@ -27,7 +30,10 @@ pub fn with_default(
     rdma_default: &str,
 ) -> Result<Vec<PosixRlimit>, RlimitError> {
     let mut out = limits.to_vec();
-    if limits.iter().any(|l| l.typ() == PosixRlimitType::RlimitMemlock) {
+    if limits
+        .iter()
+        .any(|l| l.typ() == PosixRlimitType::RlimitMemlock)
+    {
         return Ok(out);
     }
     let value = match (annotation, wants_rdma) {
@@ -66,7 +72,11 @@ impl OnFailure {
 
 /// Applies `limits` to `pid`; with `ClampWithWarning`, a memlock raise that
 /// is refused is clamped to the hard limit in force and reported.
-pub fn apply(pid: i32, limits: &[PosixRlimit], on_failure: OnFailure) -> Result<Vec<String>, RlimitError> {
+pub fn apply(
+    pid: i32,
+    limits: &[PosixRlimit],
+    on_failure: OnFailure,
+) -> Result<Vec<String>, RlimitError> {
     super::validate(limits)?;
     let mut warnings = Vec::new();
     for l in limits {
@@ -108,7 +118,9 @@ mod tests {
         assert_eq!(ann[0].hard(), 1 << 20);
         let rdma = with_default(&[], None, true, "unlimited").unwrap();
         assert_eq!(rdma[0].hard(), libc::RLIM_INFINITY);
-        assert!(with_default(&[], None, false, "unlimited").unwrap().is_empty());
+        assert!(with_default(&[], None, false, "unlimited")
+            .unwrap()
+            .is_empty());
     }
 
     #[test]
@@ -120,7 +132,10 @@ mod tests {
 
     #[test]
     fn clamping_is_reported_not_silent() {
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
         let pid = child.id() as i32;
         let (_, hard) = super::super::get(pid, "RLIMIT_MEMLOCK").unwrap();
         let want = [memlock(libc::RLIM_INFINITY)];

@@ -19,9 +19,18 @@ pub enum RlimitError {
          limit (systemd: LimitMEMLOCK=infinity / Limit<NAME>= in containerd.service), or request \
          at most {current_hard}"
     )]
-    CannotRaise { kind: String, wanted: String, soft: String, current_hard: String },
+    CannotRaise {
+        kind: String,
+        wanted: String,
+        soft: String,
+        current_hard: String,
+    },
     #[error("prlimit {kind} on pid {pid}: {source}")]
-    Sys { kind: String, pid: i32, source: std::io::Error },
+    Sys {
+        kind: String,
+        pid: i32,
+        source: std::io::Error,
+    },
 }
 
 /// Maps an OCI rlimit name to its resource number.
@@ -61,7 +70,11 @@ pub fn validate(limits: &[PosixRlimit]) -> Result<(), RlimitError> {
         let kind = l.typ().to_string();
         resource(&kind)?;
         if l.soft() > l.hard() {
-            return Err(RlimitError::SoftAboveHard { kind, soft: l.soft(), hard: l.hard() });
+            return Err(RlimitError::SoftAboveHard {
+                kind,
+                soft: l.soft(),
+                hard: l.hard(),
+            });
         }
     }
     Ok(())
@@ -70,11 +83,18 @@ pub fn validate(limits: &[PosixRlimit]) -> Result<(), RlimitError> {
 /// Current (soft, hard) of `kind` for `pid` (0 = this process).
 pub fn get(pid: i32, kind: &str) -> Result<(u64, u64), RlimitError> {
     let res = resource(kind)?;
-    let mut old = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut old = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: prlimit with a null new limit only writes the old limit into `old`.
     let rc = unsafe { libc::prlimit(pid, res, std::ptr::null(), &mut old) };
     if rc != 0 {
-        return Err(RlimitError::Sys { kind: kind.into(), pid, source: std::io::Error::last_os_error() });
+        return Err(RlimitError::Sys {
+            kind: kind.into(),
+            pid,
+            source: std::io::Error::last_os_error(),
+        });
     }
     Ok((old.rlim_cur, old.rlim_max))
 }
@@ -82,8 +102,14 @@ pub fn get(pid: i32, kind: &str) -> Result<(u64, u64), RlimitError> {
 /// Sets one limit on `pid` exactly; a refused raise names the cause and fix.
 pub fn set(pid: i32, kind: &str, soft: u64, hard: u64) -> Result<(), RlimitError> {
     let res = resource(kind)?;
-    let new = libc::rlimit { rlim_cur: soft, rlim_max: hard };
-    let mut old = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let new = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    let mut old = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: prlimit reads `new` and writes `old`, both valid for the call.
     let rc = unsafe { libc::prlimit(pid, res, &new, &mut old) };
     if rc == 0 {
@@ -99,7 +125,11 @@ pub fn set(pid: i32, kind: &str, soft: u64, hard: u64) -> Result<(), RlimitError
             current_hard: fmt_limit(current_hard),
         });
     }
-    Err(RlimitError::Sys { kind: kind.into(), pid, source })
+    Err(RlimitError::Sys {
+        kind: kind.into(),
+        pid,
+        source,
+    })
 }
 
 /// Applies every limit of the spec to `pid`.
@@ -124,7 +154,10 @@ mod tests {
     #[test]
     fn lowering_works_and_raising_past_hard_explains_itself() {
         // Work on a child so this test process keeps its limits.
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
         let pid = child.id() as i32;
         let (_, hard) = get(pid, "RLIMIT_MEMLOCK").unwrap();
         set(pid, "RLIMIT_MEMLOCK", 4096, 4096).unwrap();
@@ -133,7 +166,10 @@ mod tests {
             Ok(()) => eprintln!("note: this process can raise hard limits (CAP_SYS_RESOURCE)"),
             Err(e) => {
                 let m = e.to_string();
-                assert!(m.contains("CAP_SYS_RESOURCE") && m.contains("LimitMEMLOCK=infinity"), "{m}");
+                assert!(
+                    m.contains("CAP_SYS_RESOURCE") && m.contains("LimitMEMLOCK=infinity"),
+                    "{m}"
+                );
                 assert!(m.contains("4096"), "names the hard limit in force: {m}");
             }
         }

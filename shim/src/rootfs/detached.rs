@@ -14,9 +14,11 @@ const AT_RECURSIVE: libc::c_uint = 0x8000;
 /// Clones the mount at `path` (recursively when `recursive`) into a
 /// detached tree. A file path is fine too (single-file bind mounts).
 pub fn open_tree_clone(path: &Path, recursive: bool) -> Result<OwnedFd, RootfsError> {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| RootfsError::OpenTree {
-        path: path.display().to_string(),
-        source: std::io::Error::from_raw_os_error(libc::EINVAL),
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| {
+        RootfsError::OpenTree {
+            path: path.display().to_string(),
+            source: std::io::Error::from_raw_os_error(libc::EINVAL),
+        }
     })?;
     let mut flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC;
     if recursive {
@@ -43,7 +45,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         match open_tree_clone(dir.path(), true) {
             Ok(_) => {}
-            Err(RootfsError::OpenTree { source, .. }) if source.raw_os_error() == Some(libc::EPERM) => {
+            Err(RootfsError::OpenTree { source, .. })
+                if source.raw_os_error() == Some(libc::EPERM) =>
+            {
                 eprintln!("skip: open_tree needs CAP_SYS_ADMIN");
             }
             Err(e) => panic!("{e}"),

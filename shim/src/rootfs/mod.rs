@@ -16,13 +16,24 @@ pub enum RootfsError {
     #[error("rootfs {0} does not exist or is not a directory")]
     Missing(String),
     #[error("mounting rootfs {kind} at {target}: {source}")]
-    Mount { kind: String, target: String, source: nix::Error },
+    Mount {
+        kind: String,
+        target: String,
+        source: nix::Error,
+    },
     #[error("unmounting {target}: {source}")]
     Unmount { target: String, source: nix::Error },
     #[error("cloning mount {path}: {source}")]
-    OpenTree { path: String, source: std::io::Error },
+    OpenTree {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("bind mount source {path} for {dest}: {reason}")]
-    BindSource { path: String, dest: String, reason: String },
+    BindSource {
+        path: String,
+        dest: String,
+        reason: String,
+    },
     #[error("{0}")]
     Unsupported(String),
 }
@@ -30,9 +41,17 @@ pub enum RootfsError {
 /// Mounts containerd's rootfs mounts at `<bundle>/rootfs`. Returns the
 /// directory to use as the root, and whether we mounted it (and so must
 /// unmount it on delete).
-pub fn prepare(bundle: &Path, mounts: &[Mount], spec_root: &Path) -> Result<(PathBuf, bool), RootfsError> {
+pub fn prepare(
+    bundle: &Path,
+    mounts: &[Mount],
+    spec_root: &Path,
+) -> Result<(PathBuf, bool), RootfsError> {
     if mounts.is_empty() {
-        let root = if spec_root.is_absolute() { spec_root.to_path_buf() } else { bundle.join(spec_root) };
+        let root = if spec_root.is_absolute() {
+            spec_root.to_path_buf()
+        } else {
+            bundle.join(spec_root)
+        };
         if !root.is_dir() {
             return Err(RootfsError::Missing(root.display().to_string()));
         }
@@ -53,7 +72,11 @@ pub fn prepare(bundle: &Path, mounts: &[Mount], spec_root: &Path) -> Result<(Pat
     let m = &mounts[0];
     let (flags, data) = parse_options(&m.options);
     let kind = m.type_.as_str();
-    let fstype = if kind == "bind" || kind.is_empty() { None } else { Some(kind) };
+    let fstype = if kind == "bind" || kind.is_empty() {
+        None
+    } else {
+        Some(kind)
+    };
     let mut flags = flags;
     if kind == "bind" {
         flags |= MsFlags::MS_BIND;
@@ -63,7 +86,11 @@ pub fn prepare(bundle: &Path, mounts: &[Mount], spec_root: &Path) -> Result<(Pat
         &target,
         fstype,
         flags & !MsFlags::MS_RDONLY,
-        if data.is_empty() { None } else { Some(data.as_str()) },
+        if data.is_empty() {
+            None
+        } else {
+            Some(data.as_str())
+        },
     );
     result.map_err(|source| RootfsError::Mount {
         kind: kind.to_string(),
@@ -74,7 +101,11 @@ pub fn prepare(bundle: &Path, mounts: &[Mount], spec_root: &Path) -> Result<(Pat
         let remount = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY;
         if let Err(source) = mount(None::<&str>, &target, None::<&str>, remount, None::<&str>) {
             let _ = umount2(&target, MntFlags::MNT_DETACH);
-            return Err(RootfsError::Mount { kind: "remount ro".into(), target: target.display().to_string(), source });
+            return Err(RootfsError::Mount {
+                kind: "remount ro".into(),
+                target: target.display().to_string(),
+                source,
+            });
         }
     }
     Ok((target, true))
@@ -88,7 +119,10 @@ pub fn cleanup(bundle: &Path) -> Result<(), RootfsError> {
             Ok(()) => continue, // stacked mounts: peel them all
             Err(nix::Error::EINVAL) | Err(nix::Error::ENOENT) => return Ok(()),
             Err(source) => {
-                return Err(RootfsError::Unmount { target: target.display().to_string(), source })
+                return Err(RootfsError::Unmount {
+                    target: target.display().to_string(),
+                    source,
+                })
             }
         }
     }
@@ -131,7 +165,9 @@ mod tests {
             .map(|s| s.to_string())
             .collect();
         let (f, d) = parse_options(&opts);
-        assert!(f.contains(MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_BIND | MsFlags::MS_REC));
+        assert!(f.contains(
+            MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_BIND | MsFlags::MS_REC
+        ));
         assert_eq!(d, "lowerdir=/a:/b,upperdir=/u");
         let (f, _) = parse_options(&["ro".into(), "rw".into()]);
         assert!(!f.contains(MsFlags::MS_RDONLY));

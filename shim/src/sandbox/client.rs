@@ -35,7 +35,10 @@ impl Agent {
     pub async fn connect(spawned: Spawned) -> Result<Agent, SandboxError> {
         let client = rund_proto::ttrpc::r#async::Client::connect(&spawned.address)
             .await
-            .map_err(|e| SandboxError::Rpc { rpc: "connect", status: e })?;
+            .map_err(|e| SandboxError::Rpc {
+                rpc: "connect",
+                status: e,
+            })?;
         Ok(Agent {
             pid: spawned.pid,
             client: AgentClient::new(client),
@@ -67,7 +70,10 @@ impl Agent {
             .client
             .create_process(ctx(), &req)
             .await
-            .map_err(|status| SandboxError::Rpc { rpc: "CreateProcess", status })?;
+            .map_err(|status| SandboxError::Rpc {
+                rpc: "CreateProcess",
+                status,
+            })?;
         Ok(resp.pid)
     }
 
@@ -81,10 +87,19 @@ impl Agent {
             .start_process(ctx(), &req)
             .await
             .map(|_| ())
-            .map_err(|status| SandboxError::Rpc { rpc: "StartProcess", status })
+            .map_err(|status| SandboxError::Rpc {
+                rpc: "StartProcess",
+                status,
+            })
     }
 
-    pub async fn signal(&self, id: &str, exec_id: &str, signal: u32, all: bool) -> Result<(), SandboxError> {
+    pub async fn signal(
+        &self,
+        id: &str,
+        exec_id: &str,
+        signal: u32,
+        all: bool,
+    ) -> Result<(), SandboxError> {
         let req = rund_proto::SignalProcessRequest {
             container_id: id.into(),
             exec_id: exec_id.into(),
@@ -96,7 +111,10 @@ impl Agent {
             .signal_process(ctx(), &req)
             .await
             .map(|_| ())
-            .map_err(|status| SandboxError::Rpc { rpc: "SignalProcess", status })
+            .map_err(|status| SandboxError::Rpc {
+                rpc: "SignalProcess",
+                status,
+            })
     }
 
     /// Long-polls until the process exits (no deadline).
@@ -110,18 +128,34 @@ impl Agent {
             .client
             .wait_process(context::Context::default(), &req)
             .await
-            .map_err(|status| SandboxError::Rpc { rpc: "WaitProcess", status })?;
-        Ok(Exit { status: resp.exit_status, at_ns: resp.exited_at_ns })
+            .map_err(|status| SandboxError::Rpc {
+                rpc: "WaitProcess",
+                status,
+            })?;
+        Ok(Exit {
+            status: resp.exit_status,
+            at_ns: resp.exited_at_ns,
+        })
     }
 
     pub async fn list_pids(&self, id: &str) -> Result<Vec<(u32, String)>, SandboxError> {
-        let req = rund_proto::ListPidsRequest { container_id: id.into(), ..Default::default() };
-        let resp = self
-            .client
-            .list_pids(ctx(), &req)
-            .await
-            .map_err(|status| SandboxError::Rpc { rpc: "ListPids", status })?;
-        Ok(resp.processes.into_iter().map(|p| (p.pid, p.exec_id)).collect())
+        let req = rund_proto::ListPidsRequest {
+            container_id: id.into(),
+            ..Default::default()
+        };
+        let resp =
+            self.client
+                .list_pids(ctx(), &req)
+                .await
+                .map_err(|status| SandboxError::Rpc {
+                    rpc: "ListPids",
+                    status,
+                })?;
+        Ok(resp
+            .processes
+            .into_iter()
+            .map(|p| (p.pid, p.exec_id))
+            .collect())
     }
 
     pub async fn delete_process(&self, id: &str, exec_id: &str) -> Result<(), SandboxError> {
@@ -134,7 +168,10 @@ impl Agent {
             .delete_process(ctx(), &req)
             .await
             .map(|_| ())
-            .map_err(|status| SandboxError::Rpc { rpc: "DeleteProcess", status })
+            .map_err(|status| SandboxError::Rpc {
+                rpc: "DeleteProcess",
+                status,
+            })
     }
 
     /// TERM everything, wait `grace`, KILL the rest; the agent then exits.
@@ -148,6 +185,9 @@ impl Agent {
             .destroy_sandbox(deadline, &req)
             .await
             .map(|_| ())
-            .map_err(|status| SandboxError::Rpc { rpc: "DestroySandbox", status })
+            .map_err(|status| SandboxError::Rpc {
+                rpc: "DestroySandbox",
+                status,
+            })
     }
 }

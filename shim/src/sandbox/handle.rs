@@ -43,7 +43,14 @@ impl Sandbox {
                 ns_ids.insert(kind.to_string(), idv);
             }
         }
-        let sandbox = Arc::new(Sandbox { id, agent, grace, userns, ns_ids, exit: watch::channel(None).0 });
+        let sandbox = Arc::new(Sandbox {
+            id,
+            agent,
+            grace,
+            userns,
+            ns_ids,
+            exit: watch::channel(None).0,
+        });
         if let Err(e) = watch_agent(sandbox.clone()) {
             spawn::kill_and_reap(pid);
             return Err(e);
@@ -90,7 +97,10 @@ impl Sandbox {
         }
         let waited = tokio::time::timeout(Duration::from_secs(5), self.wait_exit()).await;
         if waited.is_err() {
-            let _ = nix::sys::signal::kill(Pid::from_raw(self.pid()), nix::sys::signal::Signal::SIGKILL);
+            let _ = nix::sys::signal::kill(
+                Pid::from_raw(self.pid()),
+                nix::sys::signal::Signal::SIGKILL,
+            );
             let _ = tokio::time::timeout(Duration::from_secs(5), self.wait_exit()).await;
         }
     }
@@ -100,7 +110,10 @@ fn pidfd_open(pid: i32) -> Result<OwnedFd, SandboxError> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {
-        return Err(SandboxError::Spawn(format!("pidfd_open({pid}): {}", std::io::Error::last_os_error())));
+        return Err(SandboxError::Spawn(format!(
+            "pidfd_open({pid}): {}",
+            std::io::Error::last_os_error()
+        )));
     }
     // SAFETY: a fresh fd from the kernel, owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
@@ -109,7 +122,8 @@ fn pidfd_open(pid: i32) -> Result<OwnedFd, SandboxError> {
 /// Reaps the agent when it exits and records its status.
 fn watch_agent(sandbox: Arc<Sandbox>) -> Result<(), SandboxError> {
     let pid = sandbox.pid();
-    let fd = crate::io::async_fd(pidfd_open(pid)?).map_err(|e| SandboxError::Spawn(format!("pidfd: {e}")))?;
+    let fd = crate::io::async_fd(pidfd_open(pid)?)
+        .map_err(|e| SandboxError::Spawn(format!("pidfd: {e}")))?;
     tokio::spawn(async move {
         let _ = fd.readable().await;
         let status = match waitpid(Pid::from_raw(pid), None) {
@@ -118,7 +132,9 @@ fn watch_agent(sandbox: Arc<Sandbox>) -> Result<(), SandboxError> {
             _ => 255,
         };
         tracing::info!(sandbox = %sandbox.id, pid, status, "sandbox agent exited");
-        sandbox.exit.send_replace(Some((status, crate::task::events::now_ns())));
+        sandbox
+            .exit
+            .send_replace(Some((status, crate::task::events::now_ns())));
     });
     Ok(())
 }

@@ -35,11 +35,16 @@ pub fn validate(kind: &str, map: &[IdMapping]) -> Result<(), SandboxError> {
         if m.size == 0 {
             return Err(SandboxError::BadMapping(format!("{kind}[{i}]: size 0")));
         }
-        if m.container_id.checked_add(m.size - 1).is_none() || m.host_id.checked_add(m.size - 1).is_none() {
-            return Err(SandboxError::BadMapping(format!("{kind}[{i}]: range wraps past 2^32")));
+        if m.container_id.checked_add(m.size - 1).is_none()
+            || m.host_id.checked_add(m.size - 1).is_none()
+        {
+            return Err(SandboxError::BadMapping(format!(
+                "{kind}[{i}]: range wraps past 2^32"
+            )));
         }
         for (j, o) in map.iter().enumerate().take(i) {
-            let overlap = |a: u32, b: u32| a < b.saturating_add(o.size) && b < a.saturating_add(m.size);
+            let overlap =
+                |a: u32, b: u32| a < b.saturating_add(o.size) && b < a.saturating_add(m.size);
             if overlap(m.container_id, o.container_id) {
                 return Err(SandboxError::BadMapping(format!(
                     "{kind}[{i}] and {kind}[{j}] overlap inside the container"
@@ -70,7 +75,11 @@ mod tests {
     use super::*;
 
     fn m(c: u32, h: u32, s: u32) -> IdMapping {
-        IdMapping { container_id: c, host_id: h, size: s }
+        IdMapping {
+            container_id: c,
+            host_id: h,
+            size: s,
+        }
     }
 
     #[test]

@@ -20,7 +20,10 @@ pub enum SandboxError {
     #[error("user namespace mapping: {0}")]
     BadMapping(String),
     #[error("agent rpc {rpc}: {status}")]
-    Rpc { rpc: &'static str, status: ttrpc::Error },
+    Rpc {
+        rpc: &'static str,
+        status: ttrpc::Error,
+    },
     #[error("passing fds to the agent: {0}")]
     FdPass(#[from] rund_proto::fdpass::FdPassError),
     #[error("finding the host pid of agent pid {0}: {1}")]

@@ -24,7 +24,10 @@ pub fn clone_flag(kind: &str) -> Option<i32> {
 /// Opens `path` and checks it is a namespace of `kind`.
 pub fn open_ns(kind: &str, path: &Path) -> Result<OwnedFd, SandboxError> {
     let bad = |reason: String| {
-        SandboxError::Namespace(format!("namespace path {} for {kind}: {reason}", path.display()))
+        SandboxError::Namespace(format!(
+            "namespace path {} for {kind}: {reason}",
+            path.display()
+        ))
     };
     let file = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
     // SAFETY: NS_GET_NSTYPE takes no argument and returns the CLONE_NEW* type or -1.
@@ -33,7 +36,9 @@ pub fn open_ns(kind: &str, path: &Path) -> Result<OwnedFd, SandboxError> {
         return Err(bad("not a namespace file".into()));
     }
     if Some(t) != clone_flag(kind) {
-        return Err(bad(format!("is a different kind of namespace (type {t:#x})")));
+        return Err(bad(format!(
+            "is a different kind of namespace (type {t:#x})"
+        )));
     }
     Ok(file.into())
 }
@@ -56,6 +61,9 @@ mod tests {
         assert!(e.to_string().contains("/etc/hostname"), "{e}");
         let e = open_ns("net", Path::new("/nonexistent/ns")).unwrap_err();
         assert!(e.to_string().contains("No such file"), "{e}");
-        assert_eq!(ns_id(Path::new("/proc/self/ns/net")), ns_id(Path::new("/proc/thread-self/ns/net")));
+        assert_eq!(
+            ns_id(Path::new("/proc/self/ns/net")),
+            ns_id(Path::new("/proc/thread-self/ns/net"))
+        );
     }
 }

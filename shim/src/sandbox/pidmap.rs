@@ -12,17 +12,22 @@ use super::SandboxError;
 pub fn host_pid(proc_root: &Path, agent_host_pid: i32, inner: u32) -> Result<i32, SandboxError> {
     let err = |m: String| SandboxError::PidLookup(inner, m);
     let tasks = proc_root.join(agent_host_pid.to_string()).join("task");
-    let entries = std::fs::read_dir(&tasks).map_err(|e| err(format!("{}: {e}", tasks.display())))?;
+    let entries =
+        std::fs::read_dir(&tasks).map_err(|e| err(format!("{}: {e}", tasks.display())))?;
     for task in entries.flatten() {
         let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
         for child in children.split_whitespace() {
-            let Ok(pid) = child.parse::<i32>() else { continue };
+            let Ok(pid) = child.parse::<i32>() else {
+                continue;
+            };
             if nspid_at(proc_root, pid, 1) == Some(inner) {
                 return Ok(pid);
             }
         }
     }
-    Err(err(format!("no child of agent {agent_host_pid} has that pid")))
+    Err(err(format!(
+        "no child of agent {agent_host_pid} has that pid"
+    )))
 }
 
 /// The pid of `pid` `level` namespaces below the reader's (`NSpid:` field).
@@ -36,6 +41,54 @@ fn parse_nspid(status: &str) -> Option<Vec<u32>> {
     line["NSpid:".len()..]
         .split_whitespace()
         .map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Host pids of the agent's descendants whose pid in the agent's namespace
+/// is in `inner`, found with one scan of `/proc`.
+pub fn host_pids_of(
+    proc_root: &Path,
+    agent_host_pid: i32,
+    inner: &[u32],
+) -> std::collections::HashMap<u32, i32> {
+    use std::collections::HashMap;
+    let mut parent: HashMap<i32, i32> = HashMap::new();
+    let mut level1: HashMap<i32, u32> = HashMap::new();
+    for entry in std::fs::read_dir(proc_root).into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+            continue;
+        };
+        let ppid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        parent.insert(pid, ppid);
+        if let Some(ns) = parse_nspid(&status).and_then(|v| v.get(1).copied()) {
+            level1.insert(pid, ns);
+        }
+    }
+    let descends = |mut p: i32| {
+        for _ in 0..64 {
+            match parent.get(&p) {
+                Some(&pp) if pp == agent_host_pid => return true,
+                Some(&pp) if pp > 1 => p = pp,
+                _ => return false,
+            }
+        }
+        false
+    };
+    level1
+        .iter()
+        .filter(|(pid, ns)| inner.contains(ns) && descends(**pid))
+        .map(|(pid, ns)| (*ns, *pid))
         .collect()
 }
 
@@ -67,40 +120,4 @@ mod tests {
         assert_eq!(host_pid(root, 100, 9).unwrap(), 201);
         assert!(host_pid(root, 100, 4).is_err());
     }
-}
-
-/// Host pids of the agent's descendants whose pid in the agent's namespace
-/// is in `inner`, found with one scan of `/proc`.
-pub fn host_pids_of(proc_root: &Path, agent_host_pid: i32, inner: &[u32]) -> std::collections::HashMap<u32, i32> {
-    use std::collections::HashMap;
-    let mut parent: HashMap<i32, i32> = HashMap::new();
-    let mut level1: HashMap<i32, u32> = HashMap::new();
-    for entry in std::fs::read_dir(proc_root).into_iter().flatten().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else { continue };
-        let ppid = status
-            .lines()
-            .find_map(|l| l.strip_prefix("PPid:"))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0);
-        parent.insert(pid, ppid);
-        if let Some(ns) = parse_nspid(&status).and_then(|v| v.get(1).copied()) {
-            level1.insert(pid, ns);
-        }
-    }
-    let descends = |mut p: i32| {
-        for _ in 0..64 {
-            match parent.get(&p) {
-                Some(&pp) if pp == agent_host_pid => return true,
-                Some(&pp) if pp > 1 => p = pp,
-                _ => return false,
-            }
-        }
-        false
-    };
-    level1
-        .iter()
-        .filter(|(pid, ns)| inner.contains(ns) && descends(**pid))
-        .map(|(pid, ns)| (*ns, *pid))
-        .collect()
 }

@@ -97,10 +97,7 @@ fn spawn_blocking(plan: SpawnPlan) -> Result<Spawned, SandboxError> {
         let _ = child.kill();
     }
     let _ = child.wait();
-    let agent_pid = match result {
-        Ok(pid) => pid,
-        Err(e) => return Err(e),
-    };
+    let agent_pid = result?;
     match launch::recv_json::<SyncMsg>(sync_shim.as_fd()) {
         Ok(SyncMsg::Ready) => {}
         Ok(SyncMsg::Error { message }) => {
@@ -138,7 +135,8 @@ fn handshake(plan: &SpawnPlan, sync: &OwnedFd, launcher_pid: i32) -> Result<i32,
         fds: kinds,
     };
     fdpass::send(sync.as_fd(), &header, &fds).map_err(|e| SandboxError::Spawn(e.to_string()))?;
-    launch::send_json(sync.as_fd(), &plan.config).map_err(|e| SandboxError::Spawn(e.to_string()))?;
+    launch::send_json(sync.as_fd(), &plan.config)
+        .map_err(|e| SandboxError::Spawn(e.to_string()))?;
     loop {
         let msg: SyncMsg = launch::recv_json(sync.as_fd())
             .map_err(|e| SandboxError::Spawn(format!("launcher {launcher_pid}: {e}")))?;

@@ -16,7 +16,10 @@ pub const ANN_GRACE: &str = "rund.io/grace-period-seconds";
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
     #[error("reading {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("config.json is malformed: {0}")]
     Malformed(String),
     #[error("spec field {0} is not supported by rund: {1}")]
@@ -98,7 +101,10 @@ pub fn check_supported(spec: &Spec) -> Result<(), SpecError> {
         return Err(SpecError::Unsupported("process.scheduler", "set".into()));
     }
     if process.exec_cpu_affinity().is_some() {
-        return Err(SpecError::Unsupported("process.execCPUAffinity", "set".into()));
+        return Err(SpecError::Unsupported(
+            "process.execCPUAffinity",
+            "set".into(),
+        ));
     }
     if spec.root().is_none() {
         return Err(SpecError::Invalid("root is missing".into()));

@@ -75,7 +75,10 @@ pub fn sandbox_namespaces(spec: &Spec) -> Result<SandboxNamespaces, SpecError> {
     let mut out = SandboxNamespaces::default();
     if let Some(list) = spec.linux().as_ref().and_then(|l| l.namespaces().as_ref()) {
         if list.iter().any(|n| n.typ() == LinuxNamespaceType::Time) {
-            return Err(SpecError::Unsupported("linux.namespaces", "time namespace".into()));
+            return Err(SpecError::Unsupported(
+                "linux.namespaces",
+                "time namespace".into(),
+            ));
         }
     }
     match request(spec, "user")? {
@@ -126,7 +129,9 @@ mod tests {
 
     #[test]
     fn ctr_defaults_give_new_namespaces() {
-        let s = spec(r#"{"type":"pid"},{"type":"ipc"},{"type":"uts"},{"type":"mount"},{"type":"network"}"#);
+        let s = spec(
+            r#"{"type":"pid"},{"type":"ipc"},{"type":"uts"},{"type":"mount"},{"type":"network"}"#,
+        );
         let sb = sandbox_namespaces(&s).unwrap();
         assert!(sb.new_net && sb.new_ipc && sb.new_uts && !sb.userns);
         assert!(sb.join.is_empty());
@@ -137,7 +142,10 @@ mod tests {
     fn paths_are_joined_and_host_is_kept() {
         let s = spec(r#"{"type":"pid"},{"type":"network","path":"/var/run/netns/x"}"#);
         let sb = sandbox_namespaces(&s).unwrap();
-        assert_eq!(sb.join, vec![("net".to_string(), PathBuf::from("/var/run/netns/x"))]);
+        assert_eq!(
+            sb.join,
+            vec![("net".to_string(), PathBuf::from("/var/run/netns/x"))]
+        );
         assert!(!sb.new_ipc && !sb.new_uts);
     }
 
@@ -145,7 +153,11 @@ mod tests {
     fn host_pid_and_relative_paths_are_refused() {
         let e = sandbox_namespaces(&spec(r#"{"type":"network"}"#)).unwrap_err();
         assert!(e.to_string().contains("hostPID"), "{e}");
-        let e = request(&spec(r#"{"type":"pid"},{"type":"network","path":"netns"}"#), "net").unwrap_err();
+        let e = request(
+            &spec(r#"{"type":"pid"},{"type":"network","path":"netns"}"#),
+            "net",
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("not absolute"), "{e}");
     }
 

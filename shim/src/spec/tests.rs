@@ -48,7 +48,12 @@ fn cri_roles_and_grouping() {
         r#","annotations":{"io.kubernetes.cri.container-type":"container","io.kubernetes.cri.sandbox-id":"pod1"}"#,
     ))
     .unwrap();
-    assert_eq!(role(&s), Role::PodContainer { sandbox_id: "pod1".into() });
+    assert_eq!(
+        role(&s),
+        Role::PodContainer {
+            sandbox_id: "pod1".into()
+        }
+    );
     assert_eq!(grouping_id(&s, "c1"), "pod1");
     let s = parse(&spec_json(
         r#","annotations":{"io.kubernetes.cri.container-type":"sandbox","io.kubernetes.cri.sandbox-id":"pod1"}"#,
@@ -59,7 +64,16 @@ fn cri_roles_and_grouping() {
 
 #[test]
 fn bad_annotations_are_rejected() {
-    let s = parse(&spec_json(r#","annotations":{"rund.io/init":"maybe","rund.io/grace-period-seconds":"soon"}"#)).unwrap();
-    assert!(use_init(&s).unwrap_err().to_string().contains("rund.io/init"));
-    assert!(grace_seconds(&s).unwrap_err().to_string().contains("grace-period"));
+    let s = parse(&spec_json(
+        r#","annotations":{"rund.io/init":"maybe","rund.io/grace-period-seconds":"soon"}"#,
+    ))
+    .unwrap();
+    assert!(use_init(&s)
+        .unwrap_err()
+        .to_string()
+        .contains("rund.io/init"));
+    assert!(grace_seconds(&s)
+        .unwrap_err()
+        .to_string()
+        .contains("grace-period"));
 }

@@ -18,6 +18,7 @@ use super::Service;
 use crate::cgroups::{self, ContainerCgroup};
 use crate::error::{Result, ShimError};
 use crate::io::{self, StdioPaths};
+use crate::rlimit::memlock;
 use crate::rootfs;
 use crate::sandbox::spawn::SpawnPlan;
 use crate::sandbox::{nsfd, pidmap, Sandbox};
@@ -54,10 +55,22 @@ pub async fn create(svc: &Arc<Service>, req: CreateTaskRequest) -> Result<Create
         return Err(ShimError::InvalidArgument("container id is empty".into()));
     }
     if svc.containers.lock().await.contains_key(&req.id) {
-        return Err(ShimError::AlreadyExists(format!("container {} already exists", req.id)));
+        return Err(ShimError::AlreadyExists(format!(
+            "container {} already exists",
+            req.id
+        )));
     }
     if !req.checkpoint.is_empty() {
-        return Err(ShimError::Unimplemented("rund does not support restoring from a checkpoint".into()));
+        return Err(ShimError::Unimplemented(
+            "rund does not support restoring from a checkpoint".into(),
+        ));
+    }
+    let first = svc.containers.lock().await.is_empty() && svc.sandbox.lock().await.is_none();
+    if let Some(path) = super::options::config_path(req.options.as_ref())? {
+        // The pod's first container decides the config; later ones share it.
+        if first {
+            svc.use_config(crate::config::RundConfig::load(Some(Path::new(&path)))?);
+        }
     }
     let bundle = PathBuf::from(&req.bundle);
     let spec = spec::load(&bundle)?;
@@ -76,14 +89,29 @@ async fn create_inner(
     svc: &Arc<Service>,
     req: &CreateTaskRequest,
     bundle: &Path,
-    spec: Spec,
+    mut spec: Spec,
     undo: &mut Undo,
 ) -> Result<CreateTaskResponse> {
     let role = spec::role(&spec);
     let use_init = spec::use_init(&spec)?;
-    let grace = spec::grace_seconds(&spec)?.unwrap_or(svc.config.grace_period_seconds);
-    let process = spec.process().clone().expect("checked by check_supported");
-    let rlimits = process.rlimits().clone().unwrap_or_default();
+    let config = svc.config();
+    let grace = spec::grace_seconds(&spec)?.unwrap_or(config.grace_period_seconds);
+    let on_failure = memlock::OnFailure::parse(&config.memlock.on_failure)?;
+    // Devices first: they add spec devices, cgroup rules and the memlock default.
+    let userns = false;
+    let devices = if role == Role::PodSandbox {
+        super::devices::Prepared {
+            rlimits: vec![],
+            device_fds: vec![],
+            notes: vec![],
+        }
+    } else {
+        super::devices::prepare(svc, &mut spec, userns).await?
+    };
+    for note in &devices.notes {
+        tracing::info!(id = %req.id, "{note}");
+    }
+    let rlimits = devices.rlimits.clone();
     crate::rlimit::validate(&rlimits)?;
     let stdio_info = StdioInfo {
         stdin: req.stdin.clone(),
@@ -95,7 +123,11 @@ async fn create_inner(
     let (root, mounted) = match role {
         Role::PodSandbox => (PathBuf::new(), false),
         _ => {
-            let root_path = spec.root().as_ref().map(|r| r.path().clone()).unwrap_or_default();
+            let root_path = spec
+                .root()
+                .as_ref()
+                .map(|r| r.path().clone())
+                .unwrap_or_default();
             rootfs::prepare(bundle, &req.rootfs, &root_path)?
         }
     };
@@ -112,7 +144,9 @@ async fn create_inner(
             sb
         }
         Role::PodContainer { sandbox_id } => svc.sandbox.lock().await.clone().ok_or_else(|| {
-            ShimError::FailedPrecondition(format!("pod sandbox {sandbox_id} is not running in this shim"))
+            ShimError::FailedPrecondition(format!(
+                "pod sandbox {sandbox_id} is not running in this shim"
+            ))
         })?,
     };
     if let Some((status, _)) = sandbox.exited() {
@@ -123,7 +157,7 @@ async fn create_inner(
     }
 
     let cg = ContainerCgroup::create(
-        svc.cgroups()?,
+        &svc.cgroups()?,
         &cgroups::path_for(&spec, &req.id),
         cgroups::resources_for(&spec),
     )
@@ -132,12 +166,24 @@ async fn create_inner(
 
     if role == Role::PodSandbox {
         cg.add_pid(sandbox.pid()).await?;
-        let init = Arc::new(Process::new("", sandbox.pid(), 1, stdio_info.clone(), None, None));
-        return finish(svc, req, bundle, spec, true, false, Some(cg), init).await;
+        let init = Arc::new(Process::new(
+            "",
+            sandbox.pid(),
+            1,
+            stdio_info.clone(),
+            None,
+            None,
+        ));
+        let c = Container::new(&req.id, bundle, spec, true, false, Some(cg), init);
+        return finish(svc, req, c).await;
     }
 
     let (plan, ns_fds) = namespaces::plan(&spec, &role, &sandbox)?;
-    let options = ContainerOptions { namespaces: plan, use_init, userns: sandbox.userns };
+    let options = ContainerOptions {
+        namespaces: plan,
+        use_init,
+        userns: sandbox.userns,
+    };
     let stdio = io::open(&StdioPaths {
         stdin: req.stdin.clone(),
         stdout: req.stdout.clone(),
@@ -148,7 +194,8 @@ async fn create_inner(
     owned.push((FdKind::Rootfs, rootfs::open_tree_clone(&root, true)?));
     for (i, m) in spec.mounts().iter().flatten().enumerate() {
         let opts = m.options().clone().unwrap_or_default();
-        let is_bind = m.typ().as_deref() == Some("bind") || opts.iter().any(|o| o == "bind" || o == "rbind");
+        let is_bind =
+            m.typ().as_deref() == Some("bind") || opts.iter().any(|o| o == "bind" || o == "rbind");
         if !is_bind {
             continue;
         }
@@ -168,12 +215,21 @@ async fn create_inner(
     for (kind, fd) in ns_fds {
         owned.push((FdKind::Namespace(kind), fd));
     }
+    owned.extend(devices.device_fds);
     let (mut kinds, mut fds) = stdio.fds();
     kinds.extend(owned.iter().map(|(k, _)| k.clone()));
     fds.extend(owned.iter().map(|(_, f)| f.as_fd()));
-    let header = FdHeader { container_id: req.id.clone(), exec_id: String::new(), fds: kinds };
-    let spec_json = serde_json::to_vec(&spec).map_err(|e| ShimError::Internal(format!("spec: {e}")))?;
-    let inner = sandbox.agent.create_process(header, &fds, spec_json, &options, req.terminal).await?;
+    let header = FdHeader {
+        container_id: req.id.clone(),
+        exec_id: String::new(),
+        fds: kinds,
+    };
+    let spec_json =
+        serde_json::to_vec(&spec).map_err(|e| ShimError::Internal(format!("spec: {e}")))?;
+    let inner = sandbox
+        .agent
+        .create_process(header, &fds, spec_json, &options, req.terminal)
+        .await?;
     drop(fds);
     drop(owned);
     let crate::io::Stdio { pass, stdin, pty } = stdio;
@@ -182,56 +238,68 @@ async fn create_inner(
     let host = match pidmap::host_pid(Path::new("/proc"), sandbox.pid(), inner) {
         Ok(p) => p,
         Err(e) => {
-            let _ = sandbox.agent.signal(&req.id, "", libc::SIGKILL as u32, false).await;
+            let _ = sandbox
+                .agent
+                .signal(&req.id, "", libc::SIGKILL as u32, false)
+                .await;
             return Err(e.into());
         }
     };
     let placed = match cg.add_pid(host).await {
-        Ok(()) => crate::rlimit::apply(host, &rlimits).map_err(ShimError::from),
+        Ok(()) => memlock::apply(host, &rlimits, on_failure).map_err(ShimError::from),
         Err(e) => Err(e.into()),
     };
+    let placed = placed.map(|warnings| {
+        for w in warnings {
+            tracing::warn!(id = %req.id, "{w}");
+        }
+    });
     if let Err(e) = placed {
-        let _ = sandbox.agent.signal(&req.id, "", libc::SIGKILL as u32, false).await;
+        let _ = sandbox
+            .agent
+            .signal(&req.id, "", libc::SIGKILL as u32, false)
+            .await;
         let _ = sandbox.agent.wait(&req.id, "").await;
         let _ = sandbox.agent.delete_process(&req.id, "").await;
         return Err(e);
     }
     let init = Arc::new(Process::new("", host, inner, stdio_info, stdin, pty));
-    finish(svc, req, bundle, spec, false, mounted, Some(cg), init).await
+    finish(
+        svc,
+        req,
+        Container::new(&req.id, bundle, spec, false, mounted, Some(cg), init),
+    )
+    .await
 }
 
 async fn finish(
     svc: &Arc<Service>,
     req: &CreateTaskRequest,
-    bundle: &Path,
-    spec: Spec,
-    is_pod_sandbox: bool,
-    rootfs_mounted: bool,
-    cgroup: Option<ContainerCgroup>,
-    init: Arc<Process>,
+    container: Container,
 ) -> Result<CreateTaskResponse> {
-    let pid = init.pid();
-    let container = Arc::new(Container {
-        id: req.id.clone(),
-        bundle: bundle.to_path_buf(),
-        spec,
-        is_pod_sandbox,
-        rootfs_mounted,
-        cgroup,
-        init,
-        execs: Default::default(),
-        paused: Default::default(),
-        oom: Default::default(),
-        oom_order: Default::default(),
-    });
+    let pid = container.init.pid();
+    let container = Arc::new(container);
     let stdio = container.init.stdio.clone();
-    svc.containers.lock().await.insert(req.id.clone(), container);
-    svc.events.create(&req.id, &req.bundle, pid, &stdio, "").await;
+    svc.containers
+        .lock()
+        .await
+        .insert(req.id.clone(), container);
+    svc.events
+        .create(&req.id, &req.bundle, pid, &stdio, "")
+        .await;
     tracing::info!(id = %req.id, pid, "created");
-    Ok(CreateTaskResponse { pid, ..Default::default() })
+    Ok(CreateTaskResponse {
+        pid,
+        ..Default::default()
+    })
 }
 
-async fn start_sandbox(svc: &Arc<Service>, id: &str, spec: &Spec, grace: u32) -> Result<Arc<Sandbox>> {
+async fn start_sandbox(
+    svc: &Arc<Service>,
+    id: &str,
+    spec: &Spec,
+    grace: u32,
+) -> Result<Arc<Sandbox>> {
     if svc.sandbox.lock().await.is_some() {
         return Err(ShimError::FailedPrecondition(format!(
             "this shim already runs a sandbox; container {id} is not part of it"
@@ -242,7 +310,10 @@ async fn start_sandbox(svc: &Arc<Service>, id: &str, spec: &Spec, grace: u32) ->
     for (kind, path) in &ns.join {
         join.push((kind.clone(), nsfd::open_ns(kind, path)?));
     }
-    let hostname = spec.hostname().clone().filter(|h| !h.is_empty() && ns.new_uts);
+    let hostname = spec
+        .hostname()
+        .clone()
+        .filter(|h| !h.is_empty() && ns.new_uts);
     let config = LaunchConfig {
         sandbox_id: id.to_string(),
         userns: ns.userns,
@@ -255,7 +326,9 @@ async fn start_sandbox(svc: &Arc<Service>, id: &str, spec: &Spec, grace: u32) ->
         debug: svc.debug,
     };
     if ns.userns {
-        return Err(ShimError::Unimplemented("user namespaces are not wired into rund yet".into()));
+        return Err(ShimError::Unimplemented(
+            "user namespaces are not wired into rund yet".into(),
+        ));
     }
     let log = crate::entry::logging::agent_log_fd();
     let plan = SpawnPlan {
@@ -263,7 +336,7 @@ async fn start_sandbox(svc: &Arc<Service>, id: &str, spec: &Spec, grace: u32) ->
         join,
         uid_map: vec![],
         gid_map: vec![],
-        agent_bin: svc.config.agent_binary(),
+        agent_bin: svc.config().agent_binary(),
         log,
     };
     Ok(Sandbox::start(plan, Duration::from_secs(grace as u64)).await?)

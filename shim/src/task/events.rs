@@ -9,8 +9,8 @@ use containerd_shim_protos::events::task::{
     TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskIO, TaskOOM, TaskPaused,
     TaskResumed, TaskStart,
 };
-use containerd_shim_protos::protobuf::MessageDyn;
 use containerd_shim_protos::protobuf::well_known_types::timestamp::Timestamp;
+use containerd_shim_protos::protobuf::MessageDyn;
 use containerd_shim_protos::topics::*;
 use containerd_shim_protos::ttrpc::context::Context;
 
@@ -35,17 +35,30 @@ pub fn now_ns() -> i64 {
 
 impl Events {
     pub fn new(publisher: Option<RemotePublisher>, namespace: String) -> Self {
-        Events { publisher, namespace }
+        Events {
+            publisher,
+            namespace,
+        }
     }
 
     async fn send(&self, topic: &str, ev: Box<dyn MessageDyn>) {
         let Some(p) = &self.publisher else { return };
-        if let Err(e) = p.publish(Context::default(), topic, &self.namespace, ev).await {
+        if let Err(e) = p
+            .publish(Context::default(), topic, &self.namespace, ev)
+            .await
+        {
             tracing::warn!(topic, "publishing event failed: {e}");
         }
     }
 
-    pub async fn create(&self, id: &str, bundle: &str, pid: u32, stdio: &super::state::StdioInfo, checkpoint: &str) {
+    pub async fn create(
+        &self,
+        id: &str,
+        bundle: &str,
+        pid: u32,
+        stdio: &super::state::StdioInfo,
+        checkpoint: &str,
+    ) {
         let ev = TaskCreate {
             container_id: id.into(),
             bundle: bundle.into(),
@@ -65,14 +78,22 @@ impl Events {
     }
 
     pub async fn start(&self, id: &str, pid: u32) {
-        let ev = TaskStart { container_id: id.into(), pid, ..Default::default() };
+        let ev = TaskStart {
+            container_id: id.into(),
+            pid,
+            ..Default::default()
+        };
         self.send(TASK_START_EVENT_TOPIC, Box::new(ev)).await;
     }
 
     pub async fn exit(&self, id: &str, exec_id: &str, pid: u32, status: u32, at_ns: i64) {
         let ev = TaskExit {
             container_id: id.into(),
-            id: if exec_id.is_empty() { id.into() } else { exec_id.into() },
+            id: if exec_id.is_empty() {
+                id.into()
+            } else {
+                exec_id.into()
+            },
             pid,
             exit_status: status,
             exited_at: Some(timestamp_ns(at_ns)).into(),
@@ -94,27 +115,45 @@ impl Events {
     }
 
     pub async fn exec_added(&self, id: &str, exec_id: &str) {
-        let ev = TaskExecAdded { container_id: id.into(), exec_id: exec_id.into(), ..Default::default() };
+        let ev = TaskExecAdded {
+            container_id: id.into(),
+            exec_id: exec_id.into(),
+            ..Default::default()
+        };
         self.send(TASK_EXEC_ADDED_EVENT_TOPIC, Box::new(ev)).await;
     }
 
     pub async fn exec_started(&self, id: &str, exec_id: &str, pid: u32) {
-        let ev = TaskExecStarted { container_id: id.into(), exec_id: exec_id.into(), pid, ..Default::default() };
+        let ev = TaskExecStarted {
+            container_id: id.into(),
+            exec_id: exec_id.into(),
+            pid,
+            ..Default::default()
+        };
         self.send(TASK_EXEC_STARTED_EVENT_TOPIC, Box::new(ev)).await;
     }
 
     pub async fn oom(&self, id: &str) {
-        let ev = TaskOOM { container_id: id.into(), ..Default::default() };
+        let ev = TaskOOM {
+            container_id: id.into(),
+            ..Default::default()
+        };
         self.send(TASK_OOM_EVENT_TOPIC, Box::new(ev)).await;
     }
 
     pub async fn paused(&self, id: &str) {
-        let ev = TaskPaused { container_id: id.into(), ..Default::default() };
+        let ev = TaskPaused {
+            container_id: id.into(),
+            ..Default::default()
+        };
         self.send(TASK_PAUSED_EVENT_TOPIC, Box::new(ev)).await;
     }
 
     pub async fn resumed(&self, id: &str) {
-        let ev = TaskResumed { container_id: id.into(), ..Default::default() };
+        let ev = TaskResumed {
+            container_id: id.into(),
+            ..Default::default()
+        };
         self.send(TASK_RESUMED_EVENT_TOPIC, Box::new(ev)).await;
     }
 }

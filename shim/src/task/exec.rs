@@ -32,9 +32,15 @@ pub async fn exec(svc: &Arc<Service>, req: ExecProcessRequest) -> Result<()> {
         )));
     }
     if c.execs.lock().expect("execs").contains_key(&req.exec_id) {
-        return Err(ShimError::AlreadyExists(format!("exec {} already exists in {}", req.exec_id, req.id)));
+        return Err(ShimError::AlreadyExists(format!(
+            "exec {} already exists in {}",
+            req.exec_id, req.id
+        )));
     }
-    let spec_any = req.spec.as_ref().ok_or_else(|| ShimError::InvalidArgument("exec has no process spec".into()))?;
+    let spec_any = req
+        .spec
+        .as_ref()
+        .ok_or_else(|| ShimError::InvalidArgument("exec has no process spec".into()))?;
     let process: OciProcess = serde_json::from_slice(&spec_any.value)
         .map_err(|e| ShimError::InvalidArgument(format!("exec process spec is malformed: {e}")))?;
     let rlimits = process.rlimits().clone().unwrap_or_default();
@@ -59,10 +65,20 @@ pub async fn exec(svc: &Arc<Service>, req: ExecProcessRequest) -> Result<()> {
         terminal: req.terminal,
     })?;
     let (kinds, fds) = stdio.fds();
-    let header = FdHeader { container_id: req.id.clone(), exec_id: req.exec_id.clone(), fds: kinds };
-    let options = ContainerOptions { userns: sandbox.userns, ..Default::default() };
+    let header = FdHeader {
+        container_id: req.id.clone(),
+        exec_id: req.exec_id.clone(),
+        fds: kinds,
+    };
+    let options = ContainerOptions {
+        userns: sandbox.userns,
+        ..Default::default()
+    };
     let json = serde_json::to_vec(&process).map_err(|e| ShimError::Internal(e.to_string()))?;
-    let inner = sandbox.agent.create_process(header, &fds, json, &options, req.terminal).await?;
+    let inner = sandbox
+        .agent
+        .create_process(header, &fds, json, &options, req.terminal)
+        .await?;
     drop(fds);
     let io::Stdio { pass, stdin, pty } = stdio;
     drop(pass);
@@ -79,14 +95,27 @@ pub async fn exec(svc: &Arc<Service>, req: ExecProcessRequest) -> Result<()> {
     let host = match placed {
         Ok(h) => h,
         Err(e) => {
-            let _ = sandbox.agent.signal(&req.id, &req.exec_id, libc::SIGKILL as u32, false).await;
+            let _ = sandbox
+                .agent
+                .signal(&req.id, &req.exec_id, libc::SIGKILL as u32, false)
+                .await;
             let _ = sandbox.agent.wait(&req.id, &req.exec_id).await;
             let _ = sandbox.agent.delete_process(&req.id, &req.exec_id).await;
             return Err(e);
         }
     };
-    let p = Arc::new(Process::new(&req.exec_id, host, inner, stdio_info, stdin, pty));
-    c.execs.lock().expect("execs").insert(req.exec_id.clone(), p);
+    let p = Arc::new(Process::new(
+        &req.exec_id,
+        host,
+        inner,
+        stdio_info,
+        stdin,
+        pty,
+    ));
+    c.execs
+        .lock()
+        .expect("execs")
+        .insert(req.exec_id.clone(), p);
     svc.events.exec_added(&req.id, &req.exec_id).await;
     Ok(())
 }

@@ -5,8 +5,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use containerd_shim_protos::api::{DeleteResponse, PidsResponse, StartResponse, StateResponse, WaitResponse};
 use containerd_shim_protos::api::Status as ApiStatus;
+use containerd_shim_protos::api::{
+    DeleteResponse, PidsResponse, StartResponse, StateResponse, WaitResponse,
+};
 use containerd_shim_protos::types::task::ProcessInfo;
 
 use super::events::timestamp_ns;
@@ -24,15 +26,18 @@ async fn sandbox(svc: &Service) -> Result<Arc<Sandbox>> {
 }
 
 fn process(c: &Container, exec_id: &str) -> Result<Arc<Process>> {
-    c.process(exec_id)
-        .ok_or_else(|| ShimError::NotFound(format!("process {exec_id} of container {} not found", c.id)))
+    c.process(exec_id).ok_or_else(|| {
+        ShimError::NotFound(format!("process {exec_id} of container {} not found", c.id))
+    })
 }
 
 pub async fn start(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<StartResponse> {
     let c = svc.container(id).await?;
     let p = process(&c, exec_id)?;
     if p.started.load(Ordering::SeqCst) {
-        return Err(ShimError::FailedPrecondition(format!("process {id}/{exec_id} already started")));
+        return Err(ShimError::FailedPrecondition(format!(
+            "process {id}/{exec_id} already started"
+        )));
     }
     let sb = sandbox(svc).await?;
     if !c.is_pod_sandbox {
@@ -50,7 +55,10 @@ pub async fn start(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<StartR
     }
     // Exit watching starts only now, so TaskExit always follows TaskStart.
     spawn_exit_watch(svc.clone(), c.clone(), p.clone(), sb);
-    Ok(StartResponse { pid, ..Default::default() })
+    Ok(StartResponse {
+        pid,
+        ..Default::default()
+    })
 }
 
 fn spawn_exit_watch(svc: Arc<Service>, c: Arc<Container>, p: Arc<Process>, sb: Arc<Sandbox>) {
@@ -60,10 +68,16 @@ fn spawn_exit_watch(svc: Arc<Service>, c: Arc<Container>, p: Arc<Process>, sb: A
             ExitInfo { status, at_ns }
         } else {
             match sb.agent.wait(&c.id, &p.exec_id).await {
-                Ok(e) => ExitInfo { status: e.status, at_ns: e.at_ns },
+                Ok(e) => ExitInfo {
+                    status: e.status,
+                    at_ns: e.at_ns,
+                },
                 Err(e) => {
                     tracing::warn!(id = %c.id, exec = %p.exec_id, "wait: {e}; reporting 137");
-                    ExitInfo { status: 137, at_ns: super::events::now_ns() }
+                    ExitInfo {
+                        status: 137,
+                        at_ns: super::events::now_ns(),
+                    }
                 }
             }
         };
@@ -75,20 +89,34 @@ fn spawn_exit_watch(svc: Arc<Service>, c: Arc<Container>, p: Arc<Process>, sb: A
         let e = p.exit().unwrap_or(exit);
         super::resources::drain_oom(&svc, &c).await;
         let _order = c.oom_order.lock().await;
-        svc.events.exit(&c.id, &p.exec_id, p.pid(), e.status, e.at_ns).await;
+        svc.events
+            .exit(&c.id, &p.exec_id, p.pid(), e.status, e.at_ns)
+            .await;
     });
 }
 
-pub async fn kill(svc: &Arc<Service>, id: &str, exec_id: &str, signal: u32, all: bool) -> Result<()> {
+pub async fn kill(
+    svc: &Arc<Service>,
+    id: &str,
+    exec_id: &str,
+    signal: u32,
+    all: bool,
+) -> Result<()> {
     let c = svc.container(id).await?;
     let p = process(&c, exec_id)?;
     if p.exit().is_some() {
-        return Err(ShimError::NotFound(format!("process {id}/{exec_id} already finished")));
+        return Err(ShimError::NotFound(format!(
+            "process {id}/{exec_id} already finished"
+        )));
     }
     let sb = sandbox(svc).await?;
     if c.is_pod_sandbox {
         // Killing the pod sandbox ends the pod: grace only for a catchable signal.
-        let grace = if signal == libc::SIGKILL as u32 { Duration::ZERO } else { sb.grace };
+        let grace = if signal == libc::SIGKILL as u32 {
+            Duration::ZERO
+        } else {
+            sb.grace
+        };
         tokio::spawn(async move { sb.teardown(grace).await });
         return Ok(());
     }
@@ -100,7 +128,11 @@ pub async fn wait(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<WaitRes
     let c = svc.container(id).await?;
     let p = process(&c, exec_id)?;
     let e = p.wait_exit().await;
-    Ok(WaitResponse { exit_status: e.status, exited_at: Some(timestamp_ns(e.at_ns)).into(), ..Default::default() })
+    Ok(WaitResponse {
+        exit_status: e.status,
+        exited_at: Some(timestamp_ns(e.at_ns)).into(),
+        ..Default::default()
+    })
 }
 
 pub async fn delete(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<DeleteResponse> {
@@ -109,18 +141,29 @@ pub async fn delete(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<Delet
     let sb = sandbox(svc).await.ok();
     if p.exit().is_none() {
         if p.started.load(Ordering::SeqCst) {
-            return Err(ShimError::FailedPrecondition(format!("process {id}/{exec_id} is still running")));
+            return Err(ShimError::FailedPrecondition(format!(
+                "process {id}/{exec_id} is still running"
+            )));
         }
         // Created but never started: it is blocked in the agent; end it.
         if let Some(sb) = &sb {
             if !c.is_pod_sandbox {
-                let _ = sb.agent.signal(id, exec_id, libc::SIGKILL as u32, false).await;
+                let _ = sb
+                    .agent
+                    .signal(id, exec_id, libc::SIGKILL as u32, false)
+                    .await;
                 if let Ok(e) = sb.agent.wait(id, exec_id).await {
-                    p.set_exit(ExitInfo { status: e.status, at_ns: e.at_ns });
+                    p.set_exit(ExitInfo {
+                        status: e.status,
+                        at_ns: e.at_ns,
+                    });
                 }
             }
         }
-        p.set_exit(ExitInfo { status: 137, at_ns: super::events::now_ns() });
+        p.set_exit(ExitInfo {
+            status: 137,
+            at_ns: super::events::now_ns(),
+        });
     }
     let e = p.exit().expect("exit set above");
     if !exec_id.is_empty() {
@@ -185,7 +228,11 @@ pub async fn state(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<StateR
     };
     let exit = p.exit();
     Ok(StateResponse {
-        id: if exec_id.is_empty() { id.to_string() } else { exec_id.to_string() },
+        id: if exec_id.is_empty() {
+            id.to_string()
+        } else {
+            exec_id.to_string()
+        },
         bundle: c.bundle.display().to_string(),
         pid: p.pid(),
         status: status.into(),
@@ -204,27 +251,51 @@ pub async fn pids(svc: &Arc<Service>, id: &str) -> Result<PidsResponse> {
     let c = svc.container(id).await?;
     if c.is_pod_sandbox {
         let p = c.init.pid();
-        return Ok(PidsResponse { processes: vec![ProcessInfo { pid: p, ..Default::default() }], ..Default::default() });
+        return Ok(PidsResponse {
+            processes: vec![ProcessInfo {
+                pid: p,
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
     }
     let sb = sandbox(svc).await?;
     let listed = sb.agent.list_pids(id).await?;
     let inner: Vec<u32> = listed.iter().map(|(p, _)| *p).collect();
     let agent_pid = sb.pid();
-    let map = tokio::task::spawn_blocking(move || pidmap::host_pids_of(Path::new("/proc"), agent_pid, &inner))
-        .await
-        .map_err(|e| ShimError::Internal(e.to_string()))?;
+    let map = tokio::task::spawn_blocking(move || {
+        pidmap::host_pids_of(Path::new("/proc"), agent_pid, &inner)
+    })
+    .await
+    .map_err(|e| ShimError::Internal(e.to_string()))?;
     let processes = listed
         .into_iter()
-        .filter_map(|(inner, _exec)| map.get(&inner).map(|host| ProcessInfo { pid: *host as u32, ..Default::default() }))
+        .filter_map(|(inner, _exec)| {
+            map.get(&inner).map(|host| ProcessInfo {
+                pid: *host as u32,
+                ..Default::default()
+            })
+        })
         .collect();
-    Ok(PidsResponse { processes, ..Default::default() })
+    Ok(PidsResponse {
+        processes,
+        ..Default::default()
+    })
 }
 
-pub async fn resize_pty(svc: &Arc<Service>, id: &str, exec_id: &str, width: u32, height: u32) -> Result<()> {
+pub async fn resize_pty(
+    svc: &Arc<Service>,
+    id: &str,
+    exec_id: &str,
+    width: u32,
+    height: u32,
+) -> Result<()> {
     let c = svc.container(id).await?;
     let p = process(&c, exec_id)?;
     match &p.pty {
         Some(pty) => Ok(pty.resize(width, height)?),
-        None => Err(ShimError::FailedPrecondition(format!("process {id}/{exec_id} has no terminal"))),
+        None => Err(ShimError::FailedPrecondition(format!(
+            "process {id}/{exec_id} has no terminal"
+        ))),
     }
 }

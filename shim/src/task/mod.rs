@@ -1,10 +1,12 @@
 //! The containerd Task service (task v2, also served as v3).
 
 mod create;
+mod devices;
 pub mod events;
 mod exec;
 mod lifecycle;
 mod namespaces;
+mod options;
 mod resources;
 pub mod state;
 
@@ -26,24 +28,22 @@ use events::Events;
 use state::Container;
 
 pub struct Service {
-    pub(crate) config: RundConfig,
+    config: std::sync::RwLock<Arc<RundConfig>>,
     pub(crate) events: Events,
     pub(crate) containers: Mutex<HashMap<String, Arc<Container>>>,
     pub(crate) sandbox: Mutex<Option<Arc<Sandbox>>>,
     pub(crate) exit: Arc<ExitSignal>,
     pub(crate) debug: bool,
-    /// The node's cgroups (with the pool); the error says why if unusable.
-    pub(crate) cgroups: std::result::Result<Arc<rund_cgroup::Cgroups>, String>,
+    /// The node's cgroups (with the pool), made on first use from the config
+    /// in force; the error says why if unusable.
+    cgroups: std::sync::Mutex<Option<std::result::Result<Arc<rund_cgroup::Cgroups>, String>>>,
 }
 
 impl Service {
     pub fn new(config: RundConfig, events: Events, exit: Arc<ExitSignal>, debug: bool) -> Self {
-        let cgroups = rund_cgroup::Cgroups::new(config.cgroup.clone())
-            .map(Arc::new)
-            .map_err(|e| e.to_string());
         Service {
-            cgroups,
-            config,
+            cgroups: std::sync::Mutex::new(None),
+            config: std::sync::RwLock::new(Arc::new(config)),
             events,
             containers: Mutex::new(HashMap::new()),
             sandbox: Mutex::new(None),
@@ -52,10 +52,25 @@ impl Service {
         }
     }
 
-    pub(crate) fn cgroups(&self) -> Result<&Arc<rund_cgroup::Cgroups>, ShimError> {
-        self.cgroups
-            .as_ref()
-            .map_err(|e| ShimError::FailedPrecondition(format!("cgroups are unavailable on this node: {e}")))
+    pub(crate) fn config(&self) -> Arc<RundConfig> {
+        self.config.read().expect("config lock").clone()
+    }
+
+    /// Switches to the config named by the first container's runtime options.
+    pub(crate) fn use_config(&self, config: RundConfig) {
+        *self.config.write().expect("config lock") = Arc::new(config);
+    }
+
+    pub(crate) fn cgroups(&self) -> Result<Arc<rund_cgroup::Cgroups>, ShimError> {
+        let mut slot = self.cgroups.lock().expect("cgroups lock");
+        let made = slot.get_or_insert_with(|| {
+            rund_cgroup::Cgroups::new(self.config().cgroup.clone())
+                .map(Arc::new)
+                .map_err(|e| e.to_string())
+        });
+        made.clone().map_err(|e| {
+            ShimError::FailedPrecondition(format!("cgroups are unavailable on this node: {e}"))
+        })
     }
 
     pub(crate) async fn container(&self, id: &str) -> Result<Arc<Container>, ShimError> {
@@ -73,7 +88,11 @@ pub struct TaskHandler(pub Arc<Service>);
 
 #[async_trait]
 impl Task for TaskHandler {
-    async fn create(&self, _ctx: &TtrpcContext, req: CreateTaskRequest) -> TtrpcResult<CreateTaskResponse> {
+    async fn create(
+        &self,
+        _ctx: &TtrpcContext,
+        req: CreateTaskRequest,
+    ) -> TtrpcResult<CreateTaskResponse> {
         let id = req.id.clone();
         let r = create::create(&self.0, req).await;
         if let Err(e) = &r {
@@ -107,7 +126,11 @@ impl Task for TaskHandler {
         Ok(lifecycle::pids(&self.0, &req.id).await?)
     }
 
-    async fn connect(&self, _ctx: &TtrpcContext, req: ConnectRequest) -> TtrpcResult<ConnectResponse> {
+    async fn connect(
+        &self,
+        _ctx: &TtrpcContext,
+        req: ConnectRequest,
+    ) -> TtrpcResult<ConnectResponse> {
         let task_pid = match self.0.container(&req.id).await {
             Ok(c) => c.init.pid(),
             Err(_) => 0,
@@ -161,8 +184,15 @@ impl Task for TaskHandler {
         Ok(Empty::new())
     }
 
-    async fn checkpoint(&self, _ctx: &TtrpcContext, _req: CheckpointTaskRequest) -> TtrpcResult<Empty> {
-        Err(ShimError::Unimplemented("rund does not support Checkpoint: no CRIU integration".into()).into())
+    async fn checkpoint(
+        &self,
+        _ctx: &TtrpcContext,
+        _req: CheckpointTaskRequest,
+    ) -> TtrpcResult<Empty> {
+        Err(ShimError::Unimplemented(
+            "rund does not support Checkpoint: no CRIU integration".into(),
+        )
+        .into())
     }
 
     async fn update(&self, _ctx: &TtrpcContext, req: UpdateTaskRequest) -> TtrpcResult<Empty> {

@@ -12,7 +12,11 @@ use crate::sandbox::{nsfd, Sandbox};
 use crate::spec::namespaces::{request, NsRequest};
 use crate::spec::Role;
 
-pub fn plan(spec: &Spec, role: &Role, sandbox: &Sandbox) -> Result<(NamespacePlan, Vec<(String, OwnedFd)>)> {
+pub fn plan(
+    spec: &Spec,
+    role: &Role,
+    sandbox: &Sandbox,
+) -> Result<(NamespacePlan, Vec<(String, OwnedFd)>)> {
     let mut plan = NamespacePlan::default();
     let mut fds = Vec::new();
     for kind in crate::spec::namespaces::KINDS {
@@ -29,7 +33,12 @@ pub fn plan(spec: &Spec, role: &Role, sandbox: &Sandbox) -> Result<(NamespacePla
                     "the host pid namespace (hostPID)".into(),
                 )))
             }
-            NsRequest::Host => join_or_share(kind, PathBuf::from(format!("/proc/self/ns/{kind}")), sandbox, &mut fds)?,
+            NsRequest::Host => join_or_share(
+                kind,
+                PathBuf::from(format!("/proc/self/ns/{kind}")),
+                sandbox,
+                &mut fds,
+            )?,
             NsRequest::Join(p) => join_or_share(kind, p, sandbox, &mut fds)?,
         };
         match kind {
@@ -43,7 +52,12 @@ pub fn plan(spec: &Spec, role: &Role, sandbox: &Sandbox) -> Result<(NamespacePla
     Ok((plan, fds))
 }
 
-fn join_or_share(kind: &str, path: PathBuf, sandbox: &Sandbox, fds: &mut Vec<(String, OwnedFd)>) -> Result<NsSource> {
+fn join_or_share(
+    kind: &str,
+    path: PathBuf,
+    sandbox: &Sandbox,
+    fds: &mut Vec<(String, OwnedFd)>,
+) -> Result<NsSource> {
     if sandbox.is_own_ns(kind, &path) {
         return Ok(NsSource::Sandbox);
     }

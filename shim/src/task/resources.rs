@@ -19,7 +19,9 @@ fn cgroup_of(c: &Container) -> Result<&ContainerCgroup> {
 pub async fn pause(svc: &Arc<Service>, id: &str) -> Result<()> {
     let c = svc.container(id).await?;
     if c.init.exit().is_some() {
-        return Err(ShimError::FailedPrecondition(format!("container {id} is not running")));
+        return Err(ShimError::FailedPrecondition(format!(
+            "container {id} is not running"
+        )));
     }
     cgroup_of(&c)?.freeze().await?;
     c.paused.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -39,7 +41,10 @@ pub async fn stats(svc: &Arc<Service>, id: &str) -> Result<StatsResponse> {
     let c = svc.container(id).await?;
     let s = cgroup_of(&c)?.stats().await?;
     let any = crate::cgroups::metrics::to_any(&s).map_err(ShimError::Internal)?;
-    Ok(StatsResponse { stats: Some(any).into(), ..Default::default() })
+    Ok(StatsResponse {
+        stats: Some(any).into(),
+        ..Default::default()
+    })
 }
 
 pub async fn update(svc: &Arc<Service>, req: UpdateTaskRequest) -> Result<()> {
@@ -83,7 +88,9 @@ pub fn watch_oom(svc: Arc<Service>, c: Arc<Container>) {
     *c.oom.lock().expect("oom lock") = Some(fd.clone());
     tokio::spawn(async move {
         loop {
-            let Ok(mut guard) = fd.readable().await else { return };
+            let Ok(mut guard) = fd.readable().await else {
+                return;
+            };
             guard.clear_ready();
             drop(guard);
             if !drain_oom(&svc, &c).await {

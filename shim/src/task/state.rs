@@ -47,7 +47,14 @@ pub struct Process {
 }
 
 impl Process {
-    pub fn new(exec_id: &str, pid: i32, inner_pid: u32, stdio: StdioInfo, stdin: Option<StdinFeeder>, pty: Option<Pty>) -> Self {
+    pub fn new(
+        exec_id: &str,
+        pid: i32,
+        inner_pid: u32,
+        stdio: StdioInfo,
+        stdin: Option<StdinFeeder>,
+        pty: Option<Pty>,
+    ) -> Self {
         Process {
             exec_id: exec_id.into(),
             pid: AtomicI32::new(pid),
@@ -86,7 +93,10 @@ impl Process {
                 return e;
             }
             if rx.changed().await.is_err() {
-                return ExitInfo { status: 255, at_ns: super::events::now_ns() };
+                return ExitInfo {
+                    status: 255,
+                    at_ns: super::events::now_ns(),
+                };
             }
         }
     }
@@ -131,6 +141,30 @@ pub struct Container {
 }
 
 impl Container {
+    pub fn new(
+        id: &str,
+        bundle: &std::path::Path,
+        spec: Spec,
+        is_pod_sandbox: bool,
+        rootfs_mounted: bool,
+        cgroup: Option<crate::cgroups::ContainerCgroup>,
+        init: std::sync::Arc<Process>,
+    ) -> Self {
+        Container {
+            id: id.to_string(),
+            bundle: bundle.to_path_buf(),
+            spec,
+            is_pod_sandbox,
+            rootfs_mounted,
+            cgroup,
+            init,
+            execs: Default::default(),
+            paused: Default::default(),
+            oom: Default::default(),
+            oom_order: Default::default(),
+        }
+    }
+
     pub fn process(&self, exec_id: &str) -> Option<std::sync::Arc<Process>> {
         if exec_id.is_empty() {
             return Some(self.init.clone());

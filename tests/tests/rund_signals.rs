@@ -1,0 +1,334 @@
+//! Issue 6A through containerd 1.6 and ctr: rund's container init forwards TERM to the
+//! workload, reaps zombies and can be opted out of (`rund.io/init: "false"`); `Kill(all)`
+//! reaches every process; a shim that receives SIGTERM tears its sandbox down with TERM, the
+//! `rund.io/grace-period-seconds` grace, then KILL, publishes the exit and leaves nothing.
+//!
+//! Against runc (`RUND_IT_RUNTIME=io.containerd.runc.v2`) the TERM tests fail by design: runc
+//! has no init, so a shell PID 1 never sees TERM (that is the issue).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rund_tests::leaks::owned_processes;
+use rund_tests::ocispec::{is_alive, wait_gone};
+use rund_tests::{
+    assert_no_leaks_within, runtime_under_test, CmdOutput, Containerd, ContainerdOpts,
+    LeakSnapshot, RunSpec, RUNC_RUNTIME,
+};
+
+const GRACE: Duration = Duration::from_secs(15);
+/// The default pod grace period: a TERM that reaches the workload must end it well before.
+const K8S_DEFAULT_GRACE: Duration = Duration::from_secs(30);
+
+fn rt() -> String {
+    runtime_under_test()
+}
+
+fn start(test: &str) -> Option<Containerd> {
+    Containerd::start_under_test(test, ContainerdOpts::new())
+}
+
+fn spec(id: &str, rootfs: &Path, args: &[&str], flags: &[&str]) -> RunSpec {
+    RunSpec {
+        id: id.into(),
+        rootfs: Some(rootfs.into()),
+        args: args.iter().map(|s| s.to_string()).collect(),
+        flags: flags.iter().map(|s| s.to_string()).collect(),
+        ..RunSpec::new(&rt())
+    }
+}
+
+/// Command line of host pid `pid`, argv joined by spaces.
+fn cmdline(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            String::from_utf8_lossy(&b)
+                .split('\0')
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
+/// Polls `ctr task ps` until some process of task `id` has a command line for which `pred`
+/// holds; returns its host pid.
+fn wait_for_proc(ctd: &Containerd, id: &str, what: &str, pred: impl Fn(&str) -> bool) -> u32 {
+    let deadline = Instant::now() + GRACE;
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        if let Ok(pids) = ctd.task_ps(id) {
+            seen = pids.iter().map(|p| (*p, cmdline(*p))).collect();
+            if let Some((p, _)) = seen.iter().find(|(_, c)| pred(c)) {
+                return *p;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("{id}: no process {what} appeared; task ps: {seen:?}");
+}
+
+/// Runs `spec` in the foreground on a thread; once `ready` holds for one of its processes,
+/// sends `signal` with `ctr task kill`. Returns the run's output and how long it took to end
+/// after the signal.
+fn run_and_signal(
+    ctd: &Containerd,
+    spec: &RunSpec,
+    ready: &str,
+    signal: &str,
+) -> (CmdOutput, Duration) {
+    std::thread::scope(|s| {
+        let fg = s.spawn(|| ctd.run_spec(spec));
+        let id = spec.id.as_str();
+        ctd.wait_for_status(id, "RUNNING", GRACE).unwrap();
+        wait_for_proc(ctd, id, ready, |c| c == ready);
+        let t0 = Instant::now();
+        ctd.task_kill(id, signal, false).unwrap();
+        let out = fg.join().unwrap().unwrap();
+        (out, t0.elapsed())
+    })
+}
+
+#[test]
+fn term_reaches_a_shell_workload() {
+    let Some(ctd) = start("term_reaches_a_shell_workload") else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+
+    // The seed scenario: a shell that backgrounds its work and waits. Under runc the shell is
+    // PID 1 and TERM is dropped; under rund's init it reaches the shell (default action).
+    let seed = spec("seed", &rootfs, &["sh", "-c", "sleep 1000 & wait"], &[]);
+    let (out, took) = run_and_signal(&ctd, &seed, "sleep 1000", "SIGTERM");
+    assert_eq!(out.code(), 143, "TERM must end the shell: {out:?}");
+    assert!(
+        took < K8S_DEFAULT_GRACE / 3,
+        "TERM must end the workload well before a 30 s grace; took {took:?}"
+    );
+
+    // A bash-like script with its own TERM handler: the handler runs and its code is kept.
+    let script = "trap 'echo got TERM; exit 42' TERM; sleep 1000 & wait";
+    let trap = spec("trap", &rootfs, &["sh", "-c", script], &[]);
+    let (out, took) = run_and_signal(&ctd, &trap, "sleep 1000", "SIGTERM");
+    assert_eq!(out.code(), 42, "the script's own exit code: {out:?}");
+    assert!(out.stdout.contains("got TERM"), "{out:?}");
+    assert!(took < K8S_DEFAULT_GRACE / 3, "took {took:?}");
+
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
+
+#[test]
+fn init_opt_out_makes_the_shell_pid1() {
+    let Some(ctd) = start("init_opt_out_makes_the_shell_pid1") else {
+        return;
+    };
+    if rt() == RUNC_RUNTIME {
+        eprintln!("SKIP init_opt_out_makes_the_shell_pid1: rund-only (runc has no init)");
+        return;
+    }
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+    let opt_out = ["--annotation", "rund.io/init=false"];
+
+    // Pid facts: under rund's init the workload is not PID 1 (documented); opted out, it is.
+    let out = ctd
+        .run_spec(&spec("pid", &rootfs, &["sh", "-c", "echo $$"], &[]))
+        .unwrap();
+    assert!(out.success(), "{out:?}");
+    assert_ne!(out.stdout.trim(), "1", "the init is PID 1, not the workload");
+    let out = ctd
+        .run_spec(&spec("pid1", &rootfs, &["sh", "-c", "echo $$"], &opt_out))
+        .unwrap();
+    assert!(out.success(), "{out:?}");
+    assert_eq!(out.stdout.trim(), "1", "opted out: the shell is PID 1");
+
+    // Opted out, the shell is PID 1 and the kernel drops TERM (no handler): it keeps running
+    // until KILL.
+    let seed = spec("noinit", &rootfs, &["sh", "-c", "sleep 1000 & wait"], &opt_out);
+    std::thread::scope(|s| {
+        let fg = s.spawn(|| ctd.run_spec(&seed));
+        ctd.wait_for_status("noinit", "RUNNING", GRACE).unwrap();
+        wait_for_proc(&ctd, "noinit", "sleep 1000", |c| c == "sleep 1000");
+        let pids = ctd.task_ps("noinit").unwrap();
+        assert_eq!(pids.len(), 2, "sh and sleep, no init: {pids:?}");
+        let shell = wait_for_proc(&ctd, "noinit", "sh", |c| c.starts_with("sh -c"));
+        ctd.task_kill("noinit", "SIGTERM", false).unwrap();
+        // A TERM that were delivered would end sh at once (see term_reaches_a_shell_workload);
+        // give it ample time to show it was not.
+        std::thread::sleep(Duration::from_secs(2));
+        assert!(is_alive(shell), "PID 1 without a handler must ignore TERM");
+        assert_eq!(
+            ctd.task_status("noinit").unwrap().as_deref(),
+            Some("RUNNING")
+        );
+        ctd.task_kill("noinit", "SIGKILL", false).unwrap();
+        let out = fg.join().unwrap().unwrap();
+        assert_eq!(out.code(), 137, "{out:?}");
+    });
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
+
+#[test]
+fn orphaned_zombies_are_reaped() {
+    let Some(ctd) = start("orphaned_zombies_are_reaped") else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+    // Three orphans (their parent shell exits at once) that exit after 0.3 s: they are
+    // reparented to PID 1, which must reap them. The workload keeps running meanwhile (and
+    // never waits itself: `sleep` in the foreground only waits for its own child).
+    let script = r#"
+        orphans=""
+        for i in 1 2 3; do
+            orphans="$orphans $(sh -c 'sleep 0.3 >/dev/null 2>&1 & echo $!')"
+        done
+        for p in $orphans; do
+            i=0
+            while [ -e /proc/$p ] && [ $i -lt 100 ]; do i=$((i+1)); sleep 0.1; done
+            if [ -e /proc/$p ]; then read l < /proc/$p/stat; echo "not reaped: $l"; fi
+        done
+        for s in /proc/[0-9]*/stat; do
+            read l < $s 2>/dev/null || continue
+            case "${l##*) }" in Z*) echo "zombie: $l";; esac
+        done
+        echo "checked:$orphans"
+    "#;
+    let out = ctd
+        .run_spec(&spec("reap", &rootfs, &["sh", "-c", script], &[]))
+        .unwrap();
+    assert!(out.success(), "{out:?}");
+    let words: Vec<&str> = out.stdout.split_whitespace().collect();
+    assert!(
+        out.stdout.contains("checked:") && words.len() >= 4,
+        "the three orphans were started: {out:?}"
+    );
+    assert!(
+        !out.stdout.contains("not reaped") && !out.stdout.contains("zombie"),
+        "orphans must be reaped by PID 1: {}",
+        out.stdout
+    );
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
+
+#[test]
+fn kill_all_signals_every_process() {
+    let Some(ctd) = start("kill_all_signals_every_process") else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+    let events = ctd.events().unwrap();
+    // sh ignores USR1; `sleep 1002` shares its process group; `sleep 1001` has its own session,
+    // so only a signal sent to every process of the container reaches it.
+    let script = "trap '' USR1; busybox setsid sleep 1001 & sleep 1002 & while :; do sleep 1; done";
+    ctd.run_detached("all", &rootfs, &["sh", "-c", script], &rt())
+        .unwrap();
+    ctd.wait_for_status("all", "RUNNING", GRACE).unwrap();
+    let own_session = wait_for_proc(&ctd, "all", "sleep 1001", |c| c == "sleep 1001");
+    let same_group = wait_for_proc(&ctd, "all", "sleep 1002", |c| c == "sleep 1002");
+    let shell = wait_for_proc(&ctd, "all", "sh", |c| c.starts_with("sh -c"));
+
+    if rt() != RUNC_RUNTIME {
+        // Kill(all=false) goes to the init, which forwards to the workload's process group.
+        ctd.task_kill("all", "SIGUSR1", false).unwrap();
+        assert!(
+            wait_gone(same_group, GRACE),
+            "USR1 must reach the workload's group"
+        );
+        assert!(is_alive(own_session), "a plain kill reaches the group only");
+    }
+    // Kill(all=true) signals every process, the one in its own session too.
+    ctd.task_kill("all", "SIGUSR1", true).unwrap();
+    assert!(
+        wait_gone(own_session, GRACE),
+        "kill --all USR1 must reach `sleep 1001` (own session): still {}",
+        cmdline(own_session)
+    );
+    assert!(wait_gone(same_group, GRACE));
+    assert!(is_alive(shell), "sh ignores USR1 and must survive");
+    assert_eq!(ctd.task_status("all").unwrap().as_deref(), Some("RUNNING"));
+
+    ctd.task_kill("all", "SIGKILL", true).unwrap();
+    assert_eq!(events.wait_task_exit("all", GRACE).unwrap(), 137);
+    ctd.wait_for_status("all", "STOPPED", GRACE).unwrap();
+    ctd.task_delete("all", false).unwrap().check().unwrap();
+    ctd.container_delete("all").unwrap().check().unwrap();
+    drop(events);
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
+
+/// The running shim of container `id` (its argv names `-id <id>`).
+fn shim_of(ctd: &Containerd, id: &str) -> u32 {
+    let needle = format!("-id {id} ");
+    let shims: Vec<_> = owned_processes(&ctd.watch_prefixes(), &ctd.cgroup_roots(), ctd.pid())
+        .into_iter()
+        .filter(|p| p.comm.starts_with("containerd-shim") && p.cmdline.contains(&needle))
+        .collect();
+    assert_eq!(shims.len(), 1, "exactly one shim for {id}: {shims:?}");
+    shims[0].pid
+}
+
+#[test]
+fn shim_sigterm_applies_the_grace_then_kills() {
+    let Some(ctd) = start("shim_sigterm_applies_the_grace_then_kills") else {
+        return;
+    };
+    if rt() == RUNC_RUNTIME {
+        eprintln!("SKIP shim_sigterm_applies_the_grace_then_kills: rund-only");
+        return;
+    }
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+    let events = ctd.events().unwrap();
+    let id = "stubborn";
+    let script = "trap '' TERM; while :; do sleep 1; done";
+    let run = RunSpec {
+        detach: true,
+        ..spec(
+            id,
+            &rootfs,
+            &["sh", "-c", script],
+            &["--annotation", "rund.io/grace-period-seconds=2"],
+        )
+    };
+    ctd.run_spec(&run).unwrap().check().unwrap();
+    ctd.wait_for_status(id, "RUNNING", GRACE).unwrap();
+    // Once a `sleep 1` runs, the trap is in place.
+    wait_for_proc(&ctd, id, "sleep 1", |c| c == "sleep 1");
+    let shell = wait_for_proc(&ctd, id, "sh", |c| c.starts_with("sh -c"));
+    let shim = shim_of(&ctd, id);
+
+    let t0 = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(shim as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    // The exit is published (by the shim, before it goes) with KILL's status.
+    let status = events.wait_task_exit(id, Duration::from_secs(60)).unwrap();
+    let took = t0.elapsed();
+    assert_eq!(status, 137, "the TERM-ignoring workload is KILLed");
+    assert!(
+        took >= Duration::from_secs(2),
+        "the 2 s grace must be waited out before KILL; exit after {took:?}"
+    );
+    assert!(
+        took < K8S_DEFAULT_GRACE * 2 / 3,
+        "the annotation's 2 s grace, not the 30 s default, applies; exit after {took:?}"
+    );
+    assert!(!is_alive(shell), "the workload is gone");
+    assert!(wait_gone(shim, GRACE), "the shim exits after its teardown");
+    let log = std::fs::read_to_string(&ctd.log).unwrap_or_default();
+    assert!(
+        log.contains("SIGTERM: tearing the sandbox down"),
+        "the shim logs its SIGTERM teardown"
+    );
+
+    // containerd may already have dropped the task of the exited shim; clean up what is left.
+    let _ = ctd.task_delete(id, false);
+    ctd.container_delete(id).unwrap().check().unwrap();
+    drop(events);
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
