@@ -63,5 +63,5 @@ run() {
 }
 echo "== rund demo: private containerd $(containerd --version | awk '{print $3}'), runtime io.containerd.rund.v2 =="
 run demo-hello echo hello
-run demo-sh sh -c 'echo "pid $$ in $(hostname), uid $(id -u), $(wc -l < /proc/self/mountinfo) mounts"; ls /; exit 3' || echo "(exit code $? as expected)"
+run demo-sh sh -c 'echo "pid $$ in $(hostname), uid $(id -u), $(wc -l < /proc/self/mountinfo) mounts"; echo "uid_map: $(cat /proc/self/uid_map)"; ls /; exit 3' || echo "(exit code $? as expected)"
 echo "== done; cleaning up =="

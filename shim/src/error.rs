@@ -38,6 +38,8 @@ pub enum ShimError {
     Gate(#[from] rund_check::GateError),
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Userns(#[from] crate::userns::UsernsError),
     #[error("{0}")]
     Internal(String),
 }
@@ -54,6 +56,9 @@ impl ShimError {
             }
             ShimError::Config(_) => Code::INVALID_ARGUMENT,
             ShimError::Gate(_) => Code::FAILED_PRECONDITION,
+            ShimError::Userns(e) if e.is_bad_input() => Code::INVALID_ARGUMENT,
+            ShimError::Userns(e) if e.is_exhausted() => Code::RESOURCE_EXHAUSTED,
+            ShimError::Userns(_) => Code::FAILED_PRECONDITION,
             ShimError::FailedPrecondition(_) | ShimError::Rlimit(_) => Code::FAILED_PRECONDITION,
             ShimError::Unimplemented(_) => Code::UNIMPLEMENTED,
             ShimError::Rootfs(RootfsError::Missing(_)) => Code::INVALID_ARGUMENT,

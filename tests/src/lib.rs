@@ -16,6 +16,7 @@ pub mod image;
 pub mod leaks;
 pub mod ocispec;
 pub mod rootfs;
+pub mod shim;
 
 pub use bins::{rund_bins_or_skip, RundBins};
 pub use cmd::CmdOutput;

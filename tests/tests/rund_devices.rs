@@ -16,6 +16,7 @@ use rund_devices::testutil::{
     build_fake_nvml, FakeHost, FAKE_DRIVER_VERSION, FAKE_GPU_UUIDS, FAKE_UVM_MAJOR, IB_MAJOR,
 };
 use rund_devices::DeviceConfig;
+use rund_tests::ocispec::{set_annotation, ConfigRun};
 use rund_tests::{
     assert_no_leaks_within, runtime_under_test, CmdOutput, Containerd, ContainerdOpts,
     LeakSnapshot, RunSpec, RUNC_RUNTIME,
@@ -132,7 +133,7 @@ fn parse_stat(out: &str) -> Vec<(String, i64, i64)> {
 /// Shell that prints `node <path> <major>:<minor>` (hex) for each existing path.
 fn stat_script(paths: &[&str]) -> String {
     let list = paths.join(" ");
-    format!("for p in {list}; do [ -e $p ] && stat -c 'node %n %t:%T' $p; done; ")
+    format!("for p in {list}; do if [ -e $p ]; then stat -c 'node %n %t:%T' $p; fi; done; ")
 }
 
 /// Shell that prints `probe <tag>: <error or ok>` after opening `path` for reading.
@@ -274,7 +275,7 @@ fn gpu_is_injected_by_uuid_and_index() {
                   {lib_dir}/libnvidia-ptxjitcompiler.so.{v} {lib_dir}/libnvidia-encode.so.{v} \
                   {bin_dir}/nvidia-smi; do \
            [ -e $f ] && echo \"file $f: $(cat $f)\"; done; \
-         touch {lib_dir}/x 2>/dev/null && echo 'lib dir writable'; \
+         echo x 2>/dev/null >> {lib_dir}/libcuda.so.{v} && echo 'driver file writable'; \
          {}{}{}",
         stat_script(&gpu_nodes),
         open_probe("gpu", "/dev/nvidia3"),
@@ -310,7 +311,7 @@ fn gpu_is_injected_by_uuid_and_index() {
     }
     assert!(o.contains(&format!("file {bin_dir}/nvidia-smi: ")), "{o}");
     assert!(!o.contains("libnvidia-encode"), "video libs need `video`: {o}");
-    assert!(!o.contains("lib dir writable"), "driver files are read-only");
+    assert!(!o.contains("driver file writable"), "driver files are read-only: {o}");
     assert_allowed(o, "gpu");
     assert_allowed(o, "mk-gpu");
     assert_denied(o, "mk-other-gpu");
@@ -497,31 +498,37 @@ fn devices_under_a_user_namespace() {
     let cfg = env.default_config();
     let before = LeakSnapshot::take(&env.ctd);
     let not_injected = env.host.dev.join("infiniband/uverbs1");
-    let mount = format!(
-        "type=bind,src={},dst=/dev/probe-bound,options=rbind",
-        not_injected.display()
-    );
     let script = format!(
         "read a b c < /proc/self/uid_map; echo \"uidmap $a $b $c\"; {}{}{}",
         stat_script(IB_NODES),
         open_probe("injected", "/dev/infiniband/uverbs0"),
         open_probe("bound", "/dev/probe-bound"),
     );
-    let out = env.run(
-        "userns",
-        &cfg,
-        &[
-            "--uidmap",
-            "0:1500000:65536",
-            "--gidmap",
-            "0:1500000:65536",
-            "--annotation",
-            "rund.io/rdma-devices=mlx5_0",
-            "--mount",
-            &mount,
-        ],
-        &script,
-    );
+    // A full spec: `ctr run --uidmap` would replace the runtime options (and so the config
+    // path) with runc's CreateOptions for the task.
+    let mut spec = env
+        .ctd
+        .oci_spec("userns", &env.rootfs, &["sh", "-c", &script])
+        .unwrap();
+    let map = serde_json::json!([{ "containerID": 0, "hostID": 1500000, "size": 65536 }]);
+    spec["linux"]["uidMappings"] = map.clone();
+    spec["linux"]["gidMappings"] = map;
+    spec["linux"]["namespaces"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({ "type": "user" }));
+    spec["mounts"].as_array_mut().unwrap().push(serde_json::json!({
+        "destination": "/dev/probe-bound",
+        "type": "bind",
+        "source": not_injected.display().to_string(),
+        "options": ["rbind"],
+    }));
+    set_annotation(&mut spec, "rund.io/rdma-devices", "mlx5_0");
+    let opts = ConfigRun {
+        runtime_config: Some(cfg),
+        ..ConfigRun::default()
+    };
+    let out = env.ctd.run_config("userns", &spec, &opts).unwrap();
     assert!(out.success(), "{out:?}");
     let o = &out.stdout;
     assert!(o.contains("uidmap 0 1500000 65536"), "runs remapped: {o}");
@@ -536,8 +543,12 @@ fn devices_under_a_user_namespace() {
         ],
         "bind-mounted nodes under a user namespace:\n{o}"
     );
-    assert!(nodes.contains(&("/dev/infiniband/uverbs0".into(), IB_MAJOR, 192)), "{o}");
+    assert!(
+        nodes.contains(&("/dev/infiniband/uverbs0".into(), IB_MAJOR, 192)),
+        "{o}"
+    );
     assert_allowed(o, "injected");
     assert_denied(o, "bound");
+    let _ = env.ctd.container_delete("userns");
     assert_no_leaks_within(&env.ctd, &before, GRACE);
 }

@@ -40,6 +40,29 @@ pub struct RundConfig {
     pub memlock: MemlockConfig,
     /// `[userns]`: per-pod id ranges.
     pub userns: UsernsConfig,
+    /// `[init]`: the tini-like container init.
+    pub init: InitConfig,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct InitConfig {
+    /// Run the init unless `rund.io/init: "false"`.
+    pub enabled: bool,
+    /// Workloads that are inits themselves (basename of args[0]): no second init.
+    pub skip_for: Vec<String>,
+}
+
+impl Default for InitConfig {
+    fn default() -> Self {
+        InitConfig {
+            enabled: true,
+            skip_for: ["tini", "dumb-init", "catatonit", "s6-svscan", "systemd", "init"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -97,6 +120,7 @@ impl Default for RundConfig {
             verify: Default::default(),
             memlock: Default::default(),
             userns: Default::default(),
+            init: Default::default(),
         }
     }
 }

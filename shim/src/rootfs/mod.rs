@@ -3,6 +3,7 @@
 //! the agent attaches inside the container's mount namespace.
 
 pub mod detached;
+pub mod idmapped;
 
 use std::path::{Path, PathBuf};
 

@@ -15,19 +15,36 @@ use super::client::Agent;
 use super::spawn::{self, SpawnPlan};
 use super::{nsfd, SandboxError};
 
+/// The sandbox's user namespace, when it has one.
+pub struct UsernsInfo {
+    /// Host uid/gid of container root.
+    pub host_root: u32,
+    /// Leased id range, released when the sandbox goes.
+    pub lease: Option<crate::userns::LeaseStore>,
+}
+
 pub struct Sandbox {
     pub id: String,
     pub agent: Agent,
     pub grace: Duration,
     pub userns: bool,
+    pub userns_info: Option<UsernsInfo>,
+    /// The sandbox made its own network namespace (so, under a user
+    /// namespace, containers can mount sysfs).
+    pub owns_net: bool,
     ns_ids: HashMap<String, (u64, u64)>,
     exit: watch::Sender<Option<(u32, i64)>>,
 }
 
 impl Sandbox {
-    pub async fn start(plan: SpawnPlan, grace: Duration) -> Result<Arc<Sandbox>, SandboxError> {
+    pub async fn start(
+        plan: SpawnPlan,
+        grace: Duration,
+        userns_info: Option<UsernsInfo>,
+    ) -> Result<Arc<Sandbox>, SandboxError> {
         let id = plan.config.sandbox_id.clone();
         let userns = plan.config.userns;
+        let owns_net = plan.config.new_net;
         let spawned = spawn::spawn(plan).await?;
         let pid = spawned.pid;
         let agent = match Agent::connect(spawned).await {
@@ -43,11 +60,19 @@ impl Sandbox {
                 ns_ids.insert(kind.to_string(), idv);
             }
         }
+        if let Some(lease) = userns_info.as_ref().and_then(|u| u.lease.as_ref()) {
+            // The lease now lives as long as the agent.
+            if let Err(e) = lease.adopt(&id, pid) {
+                tracing::warn!(sandbox = %id, "userns lease adopt: {e}");
+            }
+        }
         let sandbox = Arc::new(Sandbox {
             id,
             agent,
             grace,
             userns,
+            userns_info,
+            owns_net,
             ns_ids,
             exit: watch::channel(None).0,
         });
@@ -89,6 +114,15 @@ impl Sandbox {
 
     /// TERM, grace, KILL inside the sandbox; then make sure the agent is gone.
     pub async fn teardown(&self, grace: Duration) {
+        self.stop(grace).await;
+        if let Some(lease) = self.userns_info.as_ref().and_then(|u| u.lease.as_ref()) {
+            if let Err(e) = lease.release(&self.id) {
+                tracing::warn!(sandbox = %self.id, "userns lease release: {e}");
+            }
+        }
+    }
+
+    async fn stop(&self, grace: Duration) {
         if self.exited().is_some() {
             return;
         }

@@ -150,10 +150,21 @@ pub fn check_supported(spec: &Spec) -> Result<(), SpecError> {
     Ok(())
 }
 
-/// `rund.io/init`: run the tini-like init (default) unless "false".
-pub fn use_init(spec: &Spec) -> Result<bool, SpecError> {
+/// Whether to run the tini-like init: `rund.io/init` decides when set; else
+/// it runs unless `enabled` is off or the workload is itself an init named
+/// in `skip_for` (by the basename of `process.args[0]`).
+pub fn use_init(spec: &Spec, enabled: bool, skip_for: &[String]) -> Result<bool, SpecError> {
     match annotation(spec, ANN_INIT) {
-        None => Ok(true),
+        None => {
+            let arg0 = spec
+                .process()
+                .as_ref()
+                .and_then(|p| p.args().as_ref())
+                .and_then(|a| a.first())
+                .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
+                .unwrap_or_default();
+            Ok(enabled && !skip_for.iter().any(|s| *s == arg0))
+        }
         Some("true") => Ok(true),
         Some("false") => Ok(false),
         Some(v) => Err(SpecError::Annotation {

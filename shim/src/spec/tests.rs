@@ -20,7 +20,9 @@ fn minimal_spec_is_supported() {
     check_supported(&s).unwrap();
     assert_eq!(role(&s), Role::Standalone);
     assert_eq!(grouping_id(&s, "c1"), "c1");
-    assert!(use_init(&s).unwrap());
+    assert!(use_init(&s, true, &[]).unwrap());
+    assert!(!use_init(&s, false, &[]).unwrap());
+    assert!(!use_init(&s, true, &["true".into()]).unwrap(), "args[0] /bin/true is an init by config");
 }
 
 #[test]
@@ -68,7 +70,7 @@ fn bad_annotations_are_rejected() {
         r#","annotations":{"rund.io/init":"maybe","rund.io/grace-period-seconds":"soon"}"#,
     ))
     .unwrap();
-    assert!(use_init(&s)
+    assert!(use_init(&s, true, &[])
         .unwrap_err()
         .to_string()
         .contains("rund.io/init"));

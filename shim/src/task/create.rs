@@ -93,26 +93,10 @@ async fn create_inner(
     undo: &mut Undo,
 ) -> Result<CreateTaskResponse> {
     let role = spec::role(&spec);
-    let use_init = spec::use_init(&spec)?;
     let config = svc.config();
+    let use_init = spec::use_init(&spec, config.init.enabled, &config.init.skip_for)?;
     let grace = spec::grace_seconds(&spec)?.unwrap_or(config.grace_period_seconds);
     let on_failure = memlock::OnFailure::parse(&config.memlock.on_failure)?;
-    // Devices first: they add spec devices, cgroup rules and the memlock default.
-    let userns = false;
-    let devices = if role == Role::PodSandbox {
-        super::devices::Prepared {
-            rlimits: vec![],
-            device_fds: vec![],
-            notes: vec![],
-        }
-    } else {
-        super::devices::prepare(svc, &mut spec, userns).await?
-    };
-    for note in &devices.notes {
-        tracing::info!(id = %req.id, "{note}");
-    }
-    let rlimits = devices.rlimits.clone();
-    crate::rlimit::validate(&rlimits)?;
     let stdio_info = StdioInfo {
         stdin: req.stdin.clone(),
         stdout: req.stdout.clone(),
@@ -120,21 +104,8 @@ async fn create_inner(
         terminal: req.terminal,
     };
 
-    let (root, mounted) = match role {
-        Role::PodSandbox => (PathBuf::new(), false),
-        _ => {
-            let root_path = spec
-                .root()
-                .as_ref()
-                .map(|r| r.path().clone())
-                .unwrap_or_default();
-            rootfs::prepare(bundle, &req.rootfs, &root_path)?
-        }
-    };
-    if mounted {
-        undo.unmount = Some(bundle.to_path_buf());
-    }
-
+    // The sandbox comes first: the user namespace decides how the rootfs,
+    // binds and devices are mounted.
     let sandbox = match &role {
         Role::Standalone | Role::PodSandbox => {
             let sb = start_sandbox(svc, &req.id, &spec, grace).await?;
@@ -144,9 +115,7 @@ async fn create_inner(
             sb
         }
         Role::PodContainer { sandbox_id } => svc.sandbox.lock().await.clone().ok_or_else(|| {
-            ShimError::FailedPrecondition(format!(
-                "pod sandbox {sandbox_id} is not running in this shim"
-            ))
+            ShimError::FailedPrecondition(format!("pod sandbox {sandbox_id} is not running in this shim"))
         })?,
     };
     if let Some((status, _)) = sandbox.exited() {
@@ -154,6 +123,36 @@ async fn create_inner(
             "pod sandbox {} has exited (status {status})",
             sandbox.id
         )));
+    }
+
+    if role == Role::PodSandbox {
+        let cg = ContainerCgroup::create(
+            &svc.cgroups()?,
+            &cgroups::path_for(&spec, &req.id),
+            cgroups::resources_for(&spec),
+        )
+        .await?;
+        undo.cgroup = Some(cg.clone());
+        cg.add_pid(sandbox.pid()).await?;
+        let init = Arc::new(Process::new("", sandbox.pid(), 1, stdio_info.clone(), None, None));
+        let c = Container::new(&req.id, bundle, spec, true, false, Some(cg), init);
+        return finish(svc, req, c).await;
+    }
+
+    // Devices: spec devices, cgroup rules and the memlock default.
+    let devices = super::devices::prepare(svc, &mut spec, sandbox.userns).await?;
+    for note in &devices.notes {
+        tracing::info!(id = %req.id, "{note}");
+    }
+    let rlimits = devices.rlimits.clone();
+    crate::rlimit::validate(&rlimits)?;
+    super::userns::sysfs_to_bind(&mut spec, &sandbox);
+    let binds = super::userns::binds_mode(&spec, svc)?;
+
+    let root_path = spec.root().as_ref().map(|r| r.path().clone()).unwrap_or_default();
+    let (root_tree, mounted) = super::userns::rootfs_tree(bundle, &req.rootfs, &root_path, &sandbox)?;
+    if mounted {
+        undo.unmount = Some(bundle.to_path_buf());
     }
 
     let cg = ContainerCgroup::create(
@@ -164,38 +163,18 @@ async fn create_inner(
     .await?;
     undo.cgroup = Some(cg.clone());
 
-    if role == Role::PodSandbox {
-        cg.add_pid(sandbox.pid()).await?;
-        let init = Arc::new(Process::new(
-            "",
-            sandbox.pid(),
-            1,
-            stdio_info.clone(),
-            None,
-            None,
-        ));
-        let c = Container::new(&req.id, bundle, spec, true, false, Some(cg), init);
-        return finish(svc, req, c).await;
-    }
-
     let (plan, ns_fds) = namespaces::plan(&spec, &role, &sandbox)?;
-    let options = ContainerOptions {
-        namespaces: plan,
-        use_init,
-        userns: sandbox.userns,
-    };
+    let options = ContainerOptions { namespaces: plan, use_init, userns: sandbox.userns };
     let stdio = io::open(&StdioPaths {
         stdin: req.stdin.clone(),
         stdout: req.stdout.clone(),
         stderr: req.stderr.clone(),
         terminal: req.terminal,
     })?;
-    let mut owned: Vec<(FdKind, OwnedFd)> = Vec::new();
-    owned.push((FdKind::Rootfs, rootfs::open_tree_clone(&root, true)?));
+    let mut owned: Vec<(FdKind, OwnedFd)> = vec![(FdKind::Rootfs, root_tree)];
     for (i, m) in spec.mounts().iter().flatten().enumerate() {
         let opts = m.options().clone().unwrap_or_default();
-        let is_bind =
-            m.typ().as_deref() == Some("bind") || opts.iter().any(|o| o == "bind" || o == "rbind");
+        let is_bind = m.typ().as_deref() == Some("bind") || opts.iter().any(|o| o == "bind" || o == "rbind");
         if !is_bind {
             continue;
         }
@@ -210,7 +189,7 @@ async fn create_inner(
             .into());
         }
         let recursive = opts.iter().any(|o| o == "rbind");
-        owned.push((FdKind::Mount(i), rootfs::open_tree_clone(&src, recursive)?));
+        owned.push((FdKind::Mount(i), super::userns::bind_tree(&src, recursive, &sandbox, binds)?));
     }
     for (kind, fd) in ns_fds {
         owned.push((FdKind::Namespace(kind), fd));
@@ -314,9 +293,10 @@ async fn start_sandbox(
         .hostname()
         .clone()
         .filter(|h| !h.is_empty() && ns.new_uts);
+    let userns = super::userns::plan(svc, spec, id).await?;
     let config = LaunchConfig {
         sandbox_id: id.to_string(),
-        userns: ns.userns,
+        userns: userns.is_some(),
         new_net: ns.new_net,
         new_ipc: ns.new_ipc,
         new_uts: ns.new_uts,
@@ -334,10 +314,30 @@ async fn start_sandbox(
     let plan = SpawnPlan {
         config,
         join,
-        uid_map: vec![],
-        gid_map: vec![],
+        uid_map: userns.as_ref().map(|u| u.uid_map.clone()).unwrap_or_default(),
+        gid_map: userns.as_ref().map(|u| u.gid_map.clone()).unwrap_or_default(),
         agent_bin: svc.config().agent_binary(),
         log,
     };
-    Ok(Sandbox::start(plan, Duration::from_secs(grace as u64)).await?)
+    let info = userns.map(|u| u.info);
+    let lease = info.as_ref().and_then(|i| i.lease.as_ref()).is_some();
+    match Sandbox::start(plan, Duration::from_secs(grace as u64), info).await {
+        Ok(sb) => Ok(sb),
+        Err(e) => {
+            if lease {
+                release_lease(svc, id).await;
+            }
+            Err(e.into())
+        }
+    }
+}
+
+/// Frees a sandbox's id range after a failed start.
+async fn release_lease(svc: &Arc<Service>, id: &str) {
+    let config = svc.config();
+    let id = id.to_string();
+    let _ = tokio::task::spawn_blocking(move || {
+        crate::userns::LeaseStore::in_state_dir(&config.state_dir, &config.userns).and_then(|s| s.release(&id))
+    })
+    .await;
 }

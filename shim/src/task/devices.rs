@@ -3,7 +3,6 @@
 //! work out the memlock default.
 
 use std::os::fd::OwnedFd;
-use std::path::Path;
 use std::sync::Arc;
 
 use oci_spec::runtime::{PosixRlimit, Spec};
@@ -67,16 +66,43 @@ pub async fn prepare(svc: &Arc<Service>, spec: &mut Spec, userns: bool) -> Resul
         &config.memlock.rdma_default,
     )?;
 
-    let mut device_fds = Vec::new();
-    if report.bind_mount_devices {
-        for d in &report.devices {
-            let fd = crate::rootfs::open_tree_clone(Path::new(&d.host_path), false)?;
-            device_fds.push((FdKind::Device(d.path.clone()), fd));
-        }
-    }
+    let device_fds = if userns { device_binds(spec, &report)? } else { Vec::new() };
     Ok(Prepared {
         rlimits,
         device_fds,
         notes,
     })
+}
+
+/// The devices every container gets (OCI's default set).
+const DEFAULT_DEVICES: [&str; 6] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"];
+
+/// Under a user namespace mknod is refused: every device node (the defaults,
+/// the spec's and the injected ones) is bind-mounted from the host instead.
+fn device_binds(spec: &Spec, report: &rund_devices::InjectionReport) -> Result<Vec<(FdKind, OwnedFd)>> {
+    let mut paths: Vec<(String, std::path::PathBuf)> =
+        DEFAULT_DEVICES.iter().map(|p| (p.to_string(), p.into())).collect();
+    let spec_devices = spec.linux().as_ref().and_then(|l| l.devices().clone()).unwrap_or_default();
+    for d in spec_devices {
+        let path = d.path().display().to_string();
+        let host = report
+            .devices
+            .iter()
+            .find(|i| i.path == path)
+            .map(|i| i.host_path.clone())
+            .unwrap_or_else(|| d.path().clone());
+        paths.retain(|(p, _)| *p != path);
+        paths.push((path, host));
+    }
+    let mut out = Vec::new();
+    for (path, host) in paths {
+        if !host.exists() {
+            return Err(ShimError::InvalidArgument(format!(
+                "device {path}: host node {} does not exist to bind into the user namespace",
+                host.display()
+            )));
+        }
+        out.push((FdKind::Device(path), crate::rootfs::open_tree_clone(&host, false)?));
+    }
+    Ok(out)
 }

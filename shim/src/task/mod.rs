@@ -9,6 +9,7 @@ mod namespaces;
 mod options;
 mod resources;
 pub mod state;
+mod userns;
 
 use std::collections::HashMap;
 use std::sync::Arc;

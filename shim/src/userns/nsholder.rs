@@ -27,7 +27,13 @@ pub fn userns_with_maps(uid: &[IdMapping], gid: &[IdMapping]) -> Result<OwnedFd,
     idmap::validate("uid_map", uid).map_err(bad)?;
     idmap::validate("gid_map", gid).map_err(bad)?;
     let child = Child::fork()?;
-    match waitpid(child.0, Some(WaitPidFlag::WUNTRACED)) {
+    let status = loop {
+        match waitpid(child.0, Some(WaitPidFlag::WUNTRACED)) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            other => break other,
+        }
+    };
+    match status {
         Ok(WaitStatus::Stopped(..)) => {}
         Ok(WaitStatus::Exited(_, code)) => {
             child.reaped();
@@ -36,9 +42,16 @@ pub fn userns_with_maps(uid: &[IdMapping], gid: &[IdMapping]) -> Result<OwnedFd,
                 std::io::Error::from_raw_os_error(code)
             )));
         }
-        other => {
+        Ok(other) => {
+            // Killed by someone else: already reaped, its pid may be reused.
+            child.reaped();
             return Err(UsernsError::Namespace(format!(
                 "helper process: unexpected wait status {other:?}"
+            )));
+        }
+        Err(e) => {
+            return Err(UsernsError::Namespace(format!(
+                "waiting for the helper process: {e}"
             )))
         }
     }

@@ -7,7 +7,10 @@
 mod cleanup;
 pub mod config;
 mod ctr;
+pub mod events;
+mod pty;
 mod task;
+mod update;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -22,6 +25,8 @@ use crate::error::{Error, IoContext, Result};
 use crate::rootfs::HARNESS_BASE;
 pub use config::Layout;
 pub use ctr::{RunSpec, ROOTFS_PATH_ENV};
+pub use events::{Event, EventWatch};
+pub use pty::PtyCtr;
 pub use task::TaskInfo;
 
 /// The containerd binary the tests run (Debian's 1.6.20).

@@ -1,6 +1,6 @@
 //! The leases file and its lock. Every read-modify-write happens under an
 //! exclusive flock on `leases.lock`; the file is replaced atomically
-//! (write temp, fsync, rename), so readers never see half a file.
+//! (write temp, rename), so readers never see half a file.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -103,12 +103,9 @@ impl Locked {
                 .mode(0o600)
                 .open(&tmp)?;
             f.write_all(&bytes)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &self.path)?;
-            if let Some(dir) = self.path.parent() {
-                File::open(dir)?.sync_all()?;
-            }
-            Ok(())
+            // No fsync: rename is atomic against process crashes, and after
+            // a machine crash every lease is dead anyway (the boot id changed).
+            std::fs::rename(&tmp, &self.path)
         };
         write().map_err(|e| {
             let _ = std::fs::remove_file(&tmp);

@@ -1,0 +1,87 @@
+//! State shared by every direct shim of one test process: a rund config with a private state
+//! dir (cgroup pool lock, counters) and the cgroup parent `/rit-direct-<pid>`. Both are removed
+//! at process exit, and stale ones of dead test processes on first use.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use super::bundle::{cgroup_parent, DIRECT_BASE, NAMESPACE};
+use super::error::{IoCtx, Result};
+use crate::leaks::{cgroup_mounts, remove_cgroups};
+
+static CONFIG: OnceLock<PathBuf> = OnceLock::new();
+
+/// The rund config file every direct shim of this process gets as `RUND_CONFIG`.
+pub fn process_config() -> Result<&'static Path> {
+    if let Some(p) = CONFIG.get() {
+        return Ok(p);
+    }
+    std::fs::create_dir_all(DIRECT_BASE).io("create direct base", DIRECT_BASE)?;
+    remove_stale();
+    let state = state_dir(std::process::id());
+    std::fs::create_dir_all(&state).io("create state dir", &state)?;
+    let config = state.join("rund.toml");
+    let text = format!(
+        "state_dir = \"{s}\"\n\n[cgroup]\nstate_dir = \"{s}/cgroup-pool\"\n",
+        s = state.display()
+    );
+    std::fs::write(&config, text).io("write rund config", &config)?;
+    let p = CONFIG.get_or_init(|| config);
+    register_exit_cleanup();
+    Ok(p)
+}
+
+fn state_dir(pid: u32) -> PathBuf {
+    PathBuf::from(format!("{DIRECT_BASE}/state-{pid}"))
+}
+
+fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// State dirs and cgroup parents of direct-test processes that are gone.
+fn remove_stale() {
+    if let Ok(rd) = std::fs::read_dir(DIRECT_BASE) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(pid) = name.strip_prefix("state-").and_then(|p| p.parse().ok()) {
+                if !alive(pid) {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+    }
+    let prefix = format!("{NAMESPACE}-");
+    let mut stale = Vec::new();
+    for m in cgroup_mounts() {
+        let Ok(rd) = std::fs::read_dir(&m) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let key = format!("/{name}");
+            if let Some(pid) = name.strip_prefix(&prefix).and_then(|p| p.parse().ok()) {
+                if !alive(pid) && !stale.contains(&key) {
+                    stale.push(key);
+                }
+            }
+        }
+    }
+    remove_cgroups(&stale);
+}
+
+extern "C" fn cleanup_at_exit() {
+    remove_cgroups(&[cgroup_parent()]);
+    let _ = std::fs::remove_dir_all(state_dir(std::process::id()));
+}
+
+fn register_exit_cleanup() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers a plain extern "C" fn with no captured state; it only reads
+        // /proc/self/mounts and removes files and empty cgroup dirs, all valid during exit.
+        unsafe {
+            libc::atexit(cleanup_at_exit);
+        }
+    });
+}
