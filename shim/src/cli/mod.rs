@@ -4,6 +4,7 @@ pub mod devices;
 pub mod doctor;
 pub mod error;
 pub mod pool;
+pub mod userns;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -52,6 +53,20 @@ pub enum Command {
     /// Device checks.
     #[command(subcommand)]
     Check(CheckCommand),
+    /// User-namespace id leases.
+    #[command(subcommand)]
+    Userns(UsernsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UsernsCommand {
+    /// The leased id ranges and their owners.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Move a corrupt lease file aside and rebuild it from live namespaces.
+    Repair,
 }
 
 #[derive(Debug, Subcommand)]
@@ -105,6 +120,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<i32, CliError> {
         Command::Cdi(CdiCommand::Generate(a)) => {
             devices::cdi_generate(&cfg.devices, &a.output_dir, out)?
         }
+        Command::Userns(UsernsCommand::List { json }) => userns::list(&cfg, json, out)?,
+        Command::Userns(UsernsCommand::Repair) => userns::repair(&cfg, out)?,
         // rund-check prints its own report and errors.
         Command::Check(CheckCommand::WriteBw(a)) => return Ok(rund_check::cli_main(a)),
     }

@@ -127,3 +127,30 @@ fn missing_explicit_config_is_a_clear_error() {
     let e = run(cli, &mut Vec::new()).unwrap_err();
     assert!(e.to_string().contains("/nonexistent/rund.toml"), "{e}");
 }
+
+#[test]
+fn userns_leases_list_from_a_private_state_dir() {
+    assert!(matches!(
+        parse(&["userns", "list", "--json"]).unwrap().command,
+        Command::Userns(UsernsCommand::List { json: true })
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(&cfg, format!("state_dir = {:?}\n", dir.path())).unwrap();
+    let cli = parse(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "userns",
+        "list",
+        "--json",
+    ])
+    .unwrap();
+    let mut out = Vec::new();
+    assert_eq!(run(cli, &mut out).unwrap(), 0);
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v, serde_json::json!([]));
+    assert!(
+        dir.path().join("userns").exists(),
+        "leases live under the configured state dir"
+    );
+}

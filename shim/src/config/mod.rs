@@ -57,10 +57,17 @@ impl Default for InitConfig {
     fn default() -> Self {
         InitConfig {
             enabled: true,
-            skip_for: ["tini", "dumb-init", "catatonit", "s6-svscan", "systemd", "init"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
+            skip_for: [
+                "tini",
+                "dumb-init",
+                "catatonit",
+                "s6-svscan",
+                "systemd",
+                "init",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
         }
     }
 }

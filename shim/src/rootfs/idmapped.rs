@@ -14,7 +14,12 @@ use crate::userns::{attach, idmapped_clone};
 
 /// Mounts containerd's overlay at `<bundle>/rootfs` over idmapped lowers.
 /// Returns the mount point. Nothing is left mounted on error.
-pub fn overlay(bundle: &Path, m: &Mount, userns: BorrowedFd<'_>, host_root: u32) -> Result<PathBuf, RootfsError> {
+pub fn overlay(
+    bundle: &Path,
+    m: &Mount,
+    userns: BorrowedFd<'_>,
+    host_root: u32,
+) -> Result<PathBuf, RootfsError> {
     let mut lowers = Vec::new();
     let mut rest = Vec::new();
     let mut upper = None;
@@ -29,7 +34,9 @@ pub fn overlay(bundle: &Path, m: &Mount, userns: BorrowedFd<'_>, host_root: u32)
         }
     }
     if lowers.is_empty() {
-        return Err(RootfsError::Unsupported("overlay rootfs without lowerdir".into()));
+        return Err(RootfsError::Unsupported(
+            "overlay rootfs without lowerdir".into(),
+        ));
     }
     let staged = stage_lowers(bundle, &lowers, userns)?;
     let target = bundle.join("rootfs");
@@ -38,8 +45,13 @@ pub fn overlay(bundle: &Path, m: &Mount, userns: BorrowedFd<'_>, host_root: u32)
         if let Some(up) = &upper {
             // A fresh snapshot's upper root belongs to host root; hand it to
             // the container's root so it can write at /.
-            nix::unistd::chown(up, Some(host_root.into()), Some(host_root.into()))
-                .map_err(|source| RootfsError::Mount { kind: "chown upper".into(), target: up.display().to_string(), source })?;
+            nix::unistd::chown(up, Some(host_root.into()), Some(host_root.into())).map_err(
+                |source| RootfsError::Mount {
+                    kind: "chown upper".into(),
+                    target: up.display().to_string(),
+                    source,
+                },
+            )?;
         }
         let lowerdir: Vec<String> = staged.iter().map(|p| p.display().to_string()).collect();
         let (flags, data) = super::parse_options(&rest);
@@ -48,8 +60,17 @@ pub fn overlay(bundle: &Path, m: &Mount, userns: BorrowedFd<'_>, host_root: u32)
         } else {
             format!("lowerdir={},{data}", lowerdir.join(":"))
         };
-        mount(Some("overlay"), &target, Some("overlay"), flags, Some(data.as_str())).map_err(|source| {
-            RootfsError::Mount { kind: "overlay (idmapped lowers)".into(), target: target.display().to_string(), source }
+        mount(
+            Some("overlay"),
+            &target,
+            Some("overlay"),
+            flags,
+            Some(data.as_str()),
+        )
+        .map_err(|source| RootfsError::Mount {
+            kind: "overlay (idmapped lowers)".into(),
+            target: target.display().to_string(),
+            source,
         })
     })();
     unstage(&staged);
@@ -57,14 +78,20 @@ pub fn overlay(bundle: &Path, m: &Mount, userns: BorrowedFd<'_>, host_root: u32)
 }
 
 /// Idmaps each lower layer and attaches it under `<bundle>/.rund-lower-N`.
-fn stage_lowers(bundle: &Path, lowers: &[PathBuf], userns: BorrowedFd<'_>) -> Result<Vec<PathBuf>, RootfsError> {
+fn stage_lowers(
+    bundle: &Path,
+    lowers: &[PathBuf],
+    userns: BorrowedFd<'_>,
+) -> Result<Vec<PathBuf>, RootfsError> {
     let mut staged = Vec::new();
     for (i, lower) in lowers.iter().enumerate() {
         let at = bundle.join(format!(".rund-lower-{i}"));
         let step = (|| {
             std::fs::create_dir_all(&at).map_err(|e| io_err("mkdir", &at, e))?;
-            let tree = idmapped_clone(lower, false, userns).map_err(|e| RootfsError::Unsupported(e.to_string()))?;
-            attach(std::os::fd::AsFd::as_fd(&tree), &at).map_err(|e| RootfsError::Unsupported(e.to_string()))
+            let tree = idmapped_clone(lower, false, userns)
+                .map_err(|e| RootfsError::Unsupported(e.to_string()))?;
+            attach(std::os::fd::AsFd::as_fd(&tree), &at)
+                .map_err(|e| RootfsError::Unsupported(e.to_string()))
         })();
         if let Err(e) = step {
             let _ = std::fs::remove_dir(&at);

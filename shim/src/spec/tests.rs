@@ -22,7 +22,10 @@ fn minimal_spec_is_supported() {
     assert_eq!(grouping_id(&s, "c1"), "c1");
     assert!(use_init(&s, true, &[]).unwrap());
     assert!(!use_init(&s, false, &[]).unwrap());
-    assert!(!use_init(&s, true, &["true".into()]).unwrap(), "args[0] /bin/true is an init by config");
+    assert!(
+        !use_init(&s, true, &["true".into()]).unwrap(),
+        "args[0] /bin/true is an init by config"
+    );
 }
 
 #[test]

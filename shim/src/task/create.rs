@@ -106,6 +106,7 @@ async fn create_inner(
 
     // The sandbox comes first: the user namespace decides how the rootfs,
     // binds and devices are mounted.
+    let mut phases = Phases::start();
     let sandbox = match &role {
         Role::Standalone | Role::PodSandbox => {
             let sb = start_sandbox(svc, &req.id, &spec, grace).await?;
@@ -115,7 +116,9 @@ async fn create_inner(
             sb
         }
         Role::PodContainer { sandbox_id } => svc.sandbox.lock().await.clone().ok_or_else(|| {
-            ShimError::FailedPrecondition(format!("pod sandbox {sandbox_id} is not running in this shim"))
+            ShimError::FailedPrecondition(format!(
+                "pod sandbox {sandbox_id} is not running in this shim"
+            ))
         })?,
     };
     if let Some((status, _)) = sandbox.exited() {
@@ -134,13 +137,22 @@ async fn create_inner(
         .await?;
         undo.cgroup = Some(cg.clone());
         cg.add_pid(sandbox.pid()).await?;
-        let init = Arc::new(Process::new("", sandbox.pid(), 1, stdio_info.clone(), None, None));
+        let init = Arc::new(Process::new(
+            "",
+            sandbox.pid(),
+            1,
+            stdio_info.clone(),
+            None,
+            None,
+        ));
         let c = Container::new(&req.id, bundle, spec, true, false, Some(cg), init);
         return finish(svc, req, c).await;
     }
 
     // Devices: spec devices, cgroup rules and the memlock default.
+    phases.mark("sandbox");
     let devices = super::devices::prepare(svc, &mut spec, sandbox.userns).await?;
+    phases.mark("devices");
     for note in &devices.notes {
         tracing::info!(id = %req.id, "{note}");
     }
@@ -149,8 +161,14 @@ async fn create_inner(
     super::userns::sysfs_to_bind(&mut spec, &sandbox);
     let binds = super::userns::binds_mode(&spec, svc)?;
 
-    let root_path = spec.root().as_ref().map(|r| r.path().clone()).unwrap_or_default();
-    let (root_tree, mounted) = super::userns::rootfs_tree(bundle, &req.rootfs, &root_path, &sandbox)?;
+    let root_path = spec
+        .root()
+        .as_ref()
+        .map(|r| r.path().clone())
+        .unwrap_or_default();
+    let (root_tree, mounted) =
+        super::userns::rootfs_tree(bundle, &req.rootfs, &root_path, &sandbox)?;
+    phases.mark("rootfs");
     if mounted {
         undo.unmount = Some(bundle.to_path_buf());
     }
@@ -162,9 +180,14 @@ async fn create_inner(
     )
     .await?;
     undo.cgroup = Some(cg.clone());
+    phases.mark("cgroup");
 
     let (plan, ns_fds) = namespaces::plan(&spec, &role, &sandbox)?;
-    let options = ContainerOptions { namespaces: plan, use_init, userns: sandbox.userns };
+    let options = ContainerOptions {
+        namespaces: plan,
+        use_init,
+        userns: sandbox.userns,
+    };
     let stdio = io::open(&StdioPaths {
         stdin: req.stdin.clone(),
         stdout: req.stdout.clone(),
@@ -174,7 +197,8 @@ async fn create_inner(
     let mut owned: Vec<(FdKind, OwnedFd)> = vec![(FdKind::Rootfs, root_tree)];
     for (i, m) in spec.mounts().iter().flatten().enumerate() {
         let opts = m.options().clone().unwrap_or_default();
-        let is_bind = m.typ().as_deref() == Some("bind") || opts.iter().any(|o| o == "bind" || o == "rbind");
+        let is_bind =
+            m.typ().as_deref() == Some("bind") || opts.iter().any(|o| o == "bind" || o == "rbind");
         if !is_bind {
             continue;
         }
@@ -189,7 +213,10 @@ async fn create_inner(
             .into());
         }
         let recursive = opts.iter().any(|o| o == "rbind");
-        owned.push((FdKind::Mount(i), super::userns::bind_tree(&src, recursive, &sandbox, binds)?));
+        owned.push((
+            FdKind::Mount(i),
+            super::userns::bind_tree(&src, recursive, &sandbox, binds)?,
+        ));
     }
     for (kind, fd) in ns_fds {
         owned.push((FdKind::Namespace(kind), fd));
@@ -224,6 +251,7 @@ async fn create_inner(
             return Err(e.into());
         }
     };
+    phases.mark("agent");
     let placed = match cg.add_pid(host).await {
         Ok(()) => memlock::apply(host, &rlimits, on_failure).map_err(ShimError::from),
         Err(e) => Err(e.into()),
@@ -243,6 +271,8 @@ async fn create_inner(
         return Err(e);
     }
     let init = Arc::new(Process::new("", host, inner, stdio_info, stdin, pty));
+    phases.mark("place");
+    tracing::debug!(id = %req.id, "create phases: {}", phases.report());
     finish(
         svc,
         req,
@@ -314,8 +344,14 @@ async fn start_sandbox(
     let plan = SpawnPlan {
         config,
         join,
-        uid_map: userns.as_ref().map(|u| u.uid_map.clone()).unwrap_or_default(),
-        gid_map: userns.as_ref().map(|u| u.gid_map.clone()).unwrap_or_default(),
+        uid_map: userns
+            .as_ref()
+            .map(|u| u.uid_map.clone())
+            .unwrap_or_default(),
+        gid_map: userns
+            .as_ref()
+            .map(|u| u.gid_map.clone())
+            .unwrap_or_default(),
         agent_bin: svc.config().agent_binary(),
         log,
     };
@@ -337,7 +373,45 @@ async fn release_lease(svc: &Arc<Service>, id: &str) {
     let config = svc.config();
     let id = id.to_string();
     let _ = tokio::task::spawn_blocking(move || {
-        crate::userns::LeaseStore::in_state_dir(&config.state_dir, &config.userns).and_then(|s| s.release(&id))
+        crate::userns::LeaseStore::in_state_dir(&config.state_dir, &config.userns)
+            .and_then(|s| s.release(&id))
     })
     .await;
+}
+
+/// Wall time of each Create phase, logged at debug level (for `make bench`).
+struct Phases {
+    last: std::time::Instant,
+    first: std::time::Instant,
+    done: Vec<(&'static str, std::time::Duration)>,
+}
+
+impl Phases {
+    fn start() -> Self {
+        let now = std::time::Instant::now();
+        Phases {
+            last: now,
+            first: now,
+            done: Vec::new(),
+        }
+    }
+
+    fn mark(&mut self, name: &'static str) {
+        let now = std::time::Instant::now();
+        self.done.push((name, now - self.last));
+        self.last = now;
+    }
+
+    fn report(&self) -> String {
+        let mut parts: Vec<String> = self
+            .done
+            .iter()
+            .map(|(n, d)| format!("{n}={:.3}ms", d.as_secs_f64() * 1e3))
+            .collect();
+        parts.push(format!(
+            "total={:.3}ms",
+            self.first.elapsed().as_secs_f64() * 1e3
+        ));
+        parts.join(" ")
+    }
 }

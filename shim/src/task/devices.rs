@@ -66,7 +66,11 @@ pub async fn prepare(svc: &Arc<Service>, spec: &mut Spec, userns: bool) -> Resul
         &config.memlock.rdma_default,
     )?;
 
-    let device_fds = if userns { device_binds(spec, &report)? } else { Vec::new() };
+    let device_fds = if userns {
+        device_binds(spec, &report)?
+    } else {
+        Vec::new()
+    };
     Ok(Prepared {
         rlimits,
         device_fds,
@@ -75,14 +79,30 @@ pub async fn prepare(svc: &Arc<Service>, spec: &mut Spec, userns: bool) -> Resul
 }
 
 /// The devices every container gets (OCI's default set).
-const DEFAULT_DEVICES: [&str; 6] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"];
+const DEFAULT_DEVICES: [&str; 6] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+];
 
 /// Under a user namespace mknod is refused: every device node (the defaults,
 /// the spec's and the injected ones) is bind-mounted from the host instead.
-fn device_binds(spec: &Spec, report: &rund_devices::InjectionReport) -> Result<Vec<(FdKind, OwnedFd)>> {
-    let mut paths: Vec<(String, std::path::PathBuf)> =
-        DEFAULT_DEVICES.iter().map(|p| (p.to_string(), p.into())).collect();
-    let spec_devices = spec.linux().as_ref().and_then(|l| l.devices().clone()).unwrap_or_default();
+fn device_binds(
+    spec: &Spec,
+    report: &rund_devices::InjectionReport,
+) -> Result<Vec<(FdKind, OwnedFd)>> {
+    let mut paths: Vec<(String, std::path::PathBuf)> = DEFAULT_DEVICES
+        .iter()
+        .map(|p| (p.to_string(), p.into()))
+        .collect();
+    let spec_devices = spec
+        .linux()
+        .as_ref()
+        .and_then(|l| l.devices().clone())
+        .unwrap_or_default();
     for d in spec_devices {
         let path = d.path().display().to_string();
         let host = report
@@ -102,7 +122,10 @@ fn device_binds(spec: &Spec, report: &rund_devices::InjectionReport) -> Result<V
                 host.display()
             )));
         }
-        out.push((FdKind::Device(path), crate::rootfs::open_tree_clone(&host, false)?));
+        out.push((
+            FdKind::Device(path),
+            crate::rootfs::open_tree_clone(&host, false)?,
+        ));
     }
     Ok(out)
 }

@@ -30,8 +30,19 @@ pub async fn plan(svc: &Service, spec: &Spec, sandbox_id: &str) -> Result<Option
     match decision.mode {
         UsernsMode::Off => Ok(None),
         UsernsMode::FromSpec { uid, gid } => {
-            let host_root = uid.iter().find(|m| m.container_id == 0).map(|m| m.host_id).unwrap_or(0);
-            Ok(Some(Plan { uid_map: uid, gid_map: gid, info: UsernsInfo { host_root, lease: None } }))
+            let host_root = uid
+                .iter()
+                .find(|m| m.container_id == 0)
+                .map(|m| m.host_id)
+                .unwrap_or(0);
+            Ok(Some(Plan {
+                uid_map: uid,
+                gid_map: gid,
+                info: UsernsInfo {
+                    host_root,
+                    lease: None,
+                },
+            }))
         }
         UsernsMode::Allocate => {
             let state = config.state_dir.clone();
@@ -48,7 +59,10 @@ pub async fn plan(svc: &Service, spec: &Spec, sandbox_id: &str) -> Result<Option
             Ok(Some(Plan {
                 uid_map: map.clone(),
                 gid_map: map,
-                info: UsernsInfo { host_root: lease.host_base, lease: Some(store) },
+                info: UsernsInfo {
+                    host_root: lease.host_base,
+                    lease: Some(store),
+                },
             }))
         }
     }
@@ -61,7 +75,12 @@ pub fn binds_mode(spec: &Spec, svc: &Service) -> Result<BindsMode> {
 
 /// The rootfs as a detached tree: idmapped for the sandbox's user namespace
 /// when it has one. Returns (tree, we mounted `<bundle>/rootfs`).
-pub fn rootfs_tree(bundle: &Path, mounts: &[Mount], spec_root: &Path, sandbox: &Sandbox) -> Result<(OwnedFd, bool)> {
+pub fn rootfs_tree(
+    bundle: &Path,
+    mounts: &[Mount],
+    spec_root: &Path,
+    sandbox: &Sandbox,
+) -> Result<(OwnedFd, bool)> {
     let Some(info) = &sandbox.userns_info else {
         let (root, mounted) = rootfs::prepare(bundle, mounts, spec_root)?;
         return match rootfs::open_tree_clone(&root, true) {
@@ -98,7 +117,12 @@ pub fn rootfs_tree(bundle: &Path, mounts: &[Mount], spec_root: &Path, sandbox: &
 }
 
 /// A bind source as a detached tree (idmapped unless binds are "plain").
-pub fn bind_tree(src: &Path, recursive: bool, sandbox: &Sandbox, mode: BindsMode) -> Result<OwnedFd> {
+pub fn bind_tree(
+    src: &Path,
+    recursive: bool,
+    sandbox: &Sandbox,
+    mode: BindsMode,
+) -> Result<OwnedFd> {
     if sandbox.userns_info.is_some() && mode == BindsMode::Idmap {
         let ns = userns::userns_of_pid(sandbox.pid())?;
         return Ok(userns::idmapped_clone(src, recursive, ns.as_fd())?);
@@ -113,7 +137,9 @@ pub fn sysfs_to_bind(spec: &mut Spec, sandbox: &Sandbox) {
     if sandbox.userns_info.is_none() || sandbox.owns_net {
         return;
     }
-    let Some(mounts) = spec.mounts().clone() else { return };
+    let Some(mounts) = spec.mounts().clone() else {
+        return;
+    };
     let mounts = mounts
         .into_iter()
         .map(|m| {
@@ -124,7 +150,13 @@ pub fn sysfs_to_bind(spec: &mut Spec, sandbox: &Sandbox) {
                 .destination(m.destination().clone())
                 .typ("bind")
                 .source(PathBuf::from("/sys"))
-                .options(vec!["rbind".into(), "ro".into(), "nosuid".into(), "nodev".into(), "noexec".into()])
+                .options(vec![
+                    "rbind".into(),
+                    "ro".into(),
+                    "nosuid".into(),
+                    "nodev".into(),
+                    "noexec".into(),
+                ])
                 .build()
                 .unwrap_or(m)
         })
