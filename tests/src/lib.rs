@@ -13,6 +13,7 @@ pub mod containerd;
 pub mod cri;
 pub mod error;
 pub mod image;
+pub mod inside;
 pub mod leaks;
 pub mod ocispec;
 pub mod rootfs;

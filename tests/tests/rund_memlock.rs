@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use rund_tests::inside::{locked_memory, memlock_hard};
 use rund_tests::ocispec::{set_annotation, set_rlimit, ConfigRun};
 use rund_tests::{
     assert_no_leaks_within, runtime_under_test, CmdOutput, Containerd, ContainerdOpts,
@@ -22,13 +23,6 @@ fn start(test: &str) -> Option<Containerd> {
     Containerd::start_under_test(test, ContainerdOpts::new())
 }
 
-/// The hard RLIMIT_MEMLOCK this process (so containerd and its shims) runs with.
-fn memlock_hard() -> u64 {
-    let (_, hard) =
-        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK).unwrap();
-    hard
-}
-
 /// Whether this process (so containerd and its shims) may raise hard limits.
 fn can_raise_limits() -> bool {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
@@ -38,16 +32,6 @@ fn can_raise_limits() -> bool {
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         .unwrap_or(0);
     eff & (1 << CAP_SYS_RESOURCE) != 0 || memlock_hard() == u64::MAX
-}
-
-/// (soft, hard) of "Max locked memory" in a `/proc/self/limits` dump.
-fn locked_memory(limits: &str) -> (String, String) {
-    let line = limits
-        .lines()
-        .find(|l| l.starts_with("Max locked memory"))
-        .unwrap_or_else(|| panic!("no memlock line in {limits:?}"));
-    let f: Vec<&str> = line["Max locked memory".len()..].split_whitespace().collect();
-    (f[0].to_owned(), f[1].to_owned())
 }
 
 fn fmt_limit(v: u64) -> String {
@@ -88,6 +72,7 @@ fn run_limits(
 fn assert_clear_memlock_error(out: &CmdOutput, requested: &str, hard: u64) {
     assert!(!out.success(), "must fail: {out:?}");
     let e = &out.stderr;
+    eprintln!("ctr said: {e}");
     for needle in [
         "RLIMIT_MEMLOCK",
         requested,
@@ -209,7 +194,10 @@ fn clamp_with_warning_runs_at_the_hard_limit() {
     let out = run_limits(&ctd, &rootfs, "clamp", Some(&cfg), |s| {
         set_annotation(s, "rund.io/memlock", "unlimited")
     });
-    assert!(out.success(), "clamping must let the container run: {out:?}");
+    assert!(
+        out.success(),
+        "clamping must let the container run: {out:?}"
+    );
     if can_raise_limits() {
         eprintln!("note: CAP_SYS_RESOURCE present: nothing to clamp");
         assert_eq!(

@@ -136,7 +136,11 @@ fn init_opt_out_makes_the_shell_pid1() {
         .run_spec(&spec("pid", &rootfs, &["sh", "-c", "echo $$"], &[]))
         .unwrap();
     assert!(out.success(), "{out:?}");
-    assert_ne!(out.stdout.trim(), "1", "the init is PID 1, not the workload");
+    assert_ne!(
+        out.stdout.trim(),
+        "1",
+        "the init is PID 1, not the workload"
+    );
     let out = ctd
         .run_spec(&spec("pid1", &rootfs, &["sh", "-c", "echo $$"], &opt_out))
         .unwrap();
@@ -145,7 +149,12 @@ fn init_opt_out_makes_the_shell_pid1() {
 
     // Opted out, the shell is PID 1 and the kernel drops TERM (no handler): it keeps running
     // until KILL.
-    let seed = spec("noinit", &rootfs, &["sh", "-c", "sleep 1000 & wait"], &opt_out);
+    let seed = spec(
+        "noinit",
+        &rootfs,
+        &["sh", "-c", "sleep 1000 & wait"],
+        &opt_out,
+    );
     std::thread::scope(|s| {
         let fg = s.spawn(|| ctd.run_spec(&seed));
         ctd.wait_for_status("noinit", "RUNNING", GRACE).unwrap();
@@ -176,38 +185,46 @@ fn orphaned_zombies_are_reaped() {
     };
     let rootfs = ctd.busybox_rootfs().unwrap();
     let before = LeakSnapshot::take(&ctd);
-    // Three orphans (their parent shell exits at once) that exit after 0.3 s: they are
-    // reparented to PID 1, which must reap them. The workload keeps running meanwhile (and
-    // never waits itself: `sleep` in the foreground only waits for its own child).
+    // Three orphans (their parent shell exits at once) that exit after 0.3 s are reparented to
+    // PID 1. The workload then execs `sleep`, which never waits, so only a reaping PID 1 (rund's
+    // init; not runc's, where `sleep` is PID 1) clears them. A checker child reports.
     let script = r#"
         orphans=""
         for i in 1 2 3; do
             orphans="$orphans $(sh -c 'sleep 0.3 >/dev/null 2>&1 & echo $!')"
         done
-        for p in $orphans; do
-            i=0
-            while [ -e /proc/$p ] && [ $i -lt 100 ]; do i=$((i+1)); sleep 0.1; done
-            if [ -e /proc/$p ]; then read l < /proc/$p/stat; echo "not reaped: $l"; fi
-        done
-        for s in /proc/[0-9]*/stat; do
-            read l < $s 2>/dev/null || continue
-            case "${l##*) }" in Z*) echo "zombie: $l";; esac
-        done
-        echo "checked:$orphans"
+        (
+            for p in $orphans; do
+                i=0
+                while [ -e /proc/$p ] && [ $i -lt 30 ]; do i=$((i+1)); sleep 0.1; done
+                if [ -e /proc/$p ]; then read l < /proc/$p/stat; echo "not reaped: $l"; fi
+            done
+            for s in /proc/[0-9]*/stat; do
+                read l < $s 2>/dev/null || continue
+                case "${l##*) }" in Z*) echo "zombie: $l";; esac
+            done
+            echo "checked:$orphans"
+        ) &
+        exec sleep 5
     "#;
     let out = ctd
         .run_spec(&spec("reap", &rootfs, &["sh", "-c", script], &[]))
         .unwrap();
     assert!(out.success(), "{out:?}");
-    let words: Vec<&str> = out.stdout.split_whitespace().collect();
-    assert!(
-        out.stdout.contains("checked:") && words.len() >= 4,
-        "the three orphans were started: {out:?}"
-    );
     assert!(
         !out.stdout.contains("not reaped") && !out.stdout.contains("zombie"),
         "orphans must be reaped by PID 1: {}",
         out.stdout
+    );
+    let checked = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("checked:"))
+        .unwrap_or_else(|| panic!("the checker did not finish: {out:?}"));
+    assert_eq!(
+        checked.split_whitespace().count(),
+        3,
+        "three orphans were started: {out:?}"
     );
     assert_no_leaks_within(&ctd, &before, GRACE);
 }
@@ -334,7 +351,10 @@ fn shim_sigterm_applies_the_grace_then_kills() {
         "msg=\"event forwarded\" ns={} topic=/tasks/exit",
         ctd.namespace
     );
-    assert!(log.contains(&forwarded), "the shim publishes the exit itself");
+    assert!(
+        log.contains(&forwarded),
+        "the shim publishes the exit itself"
+    );
 
     // containerd may already have dropped the task of the exited shim; clean up what is left.
     let _ = ctd.task_delete(id, false);

@@ -19,7 +19,7 @@ use containerd_shim_protos::topics::{
 use containerd_shim_protos::ttrpc::Code;
 use rund_tests::shim::{
     ctx, exec_process, exec_request, run_action, settle, status_of, topics, unique_id, Bundle,
-    Direct, TaskEvent, Via, NAMESPACE,
+    Direct, TaskEvent, NAMESPACE, USERNS_OFF,
 };
 use rund_tests::{rund_bins_or_skip, shared_busybox_rootfs, RundBins};
 use serde_json::{json, Value};
@@ -35,6 +35,10 @@ fn setup(test: &str) -> Option<RundBins> {
 }
 
 fn rootfs() -> &'static Path {
+    // shared_busybox_rootfs is not safe against two first callers at once (both symlink the
+    // applets: EEXIST): build it under a lock.
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _once = BUILD.lock().unwrap_or_else(|e| e.into_inner());
     shared_busybox_rootfs().expect("busybox rootfs (busybox-static)")
 }
 
@@ -52,30 +56,52 @@ async fn direct_spec(
     args: &[&str],
     edit: impl FnOnce(&mut Value),
 ) -> Direct {
+    direct_config(bins, prefix, args, edit, "").await
+}
+
+/// Like [`direct_spec`], with `extra_config` appended to the shim's rund config.
+async fn direct_config(
+    bins: &RundBins,
+    prefix: &str,
+    args: &[&str],
+    edit: impl FnOnce(&mut Value),
+    extra_config: &str,
+) -> Direct {
     let bundle = Bundle::new(&unique_id(prefix)).unwrap();
     let mut spec = bundle.spec(rootfs(), args);
     edit(&mut spec);
     bundle.write_config(&spec).unwrap();
-    Direct::start(bins, bundle).await.unwrap()
+    Direct::start_with(bins, bundle, extra_config)
+        .await
+        .unwrap()
 }
 
 /// Create must fail with `code` and a message containing every one of `needles`; then nothing
 /// of the container may remain, no event may name it, and the idle shim exits on Shutdown.
 async fn assert_create_refused(d: Direct, code: Code, needles: &[&str]) {
-    let err = d.create().await.expect_err("Create of a bad bundle must fail");
+    let err = d
+        .create()
+        .await
+        .expect_err("Create of a bad bundle must fail");
     let (got, msg) = status_of(&err).unwrap_or_else(|| panic!("not a status: {err:?}"));
     assert_eq!(got, code, "code of {msg:?}\n{}", d.diagnostics());
     for n in needles {
         assert!(msg.contains(n), "message {msg:?} does not say {n:?}");
     }
-    for cg in [d.bundle.cgroups_path.clone(), format!("/rund/{}", d.bundle.id)] {
+    for cg in [
+        d.bundle.cgroups_path.clone(),
+        format!("/rund/{}", d.bundle.id),
+    ] {
         let r = settle(d.shim.pid, &d.bundle.path, &cg, SETTLE);
         assert!(r.is_empty(), "after a refused Create ({msg}): {r}");
     }
     let evs = d.events.for_container(&d.bundle.id);
     assert!(evs.is_empty(), "events for a refused container: {evs:?}");
     let ended = d.finish().await;
-    assert!(ended.by_itself, "an idle shim must exit on Shutdown: {ended:?}");
+    assert!(
+        ended.by_itself,
+        "an idle shim must exit on Shutdown: {ended:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -160,10 +186,15 @@ async fn missing_binary_fails_cleanly() {
             assert!(named(&msg), "{msg:?}\n{}", d.diagnostics());
         }
         Ok(_) => {
-            let err = d.start_process("").await.expect_err("Start of a missing binary");
+            let err = d
+                .start_process("")
+                .await
+                .expect_err("Start of a missing binary");
             let (_, msg) = status_of(&err).expect("a status");
             assert!(named(&msg), "{msg:?}\n{}", d.diagnostics());
-            d.delete_process("").await.expect("Delete after a failed Start");
+            d.delete_process("")
+                .await
+                .expect("Delete after a failed Start");
         }
     }
     let r = settle(d.shim.pid, &d.bundle.path, &d.bundle.cgroups_path, SETTLE);
@@ -172,10 +203,14 @@ async fn missing_binary_fails_cleanly() {
     assert!(ended.by_itself, "{ended:?}");
 }
 
-/// Create, Start, Wait, Delete of `args`; returns (the container's event topics, exit status).
+/// Create, Start, Wait, Delete of `args`: exit statuses, exactly Create, Start, Exit, Delete
+/// events, nothing left, and the shim exits on Shutdown.
 async fn lifecycle(bins: &RundBins, args: &[&str], want_status: u32) {
     let d = direct_spec(bins, "order", args, |_| {}).await;
-    let created = d.create().await.unwrap_or_else(|e| panic!("{e:?}\n{}", d.diagnostics()));
+    let created = d
+        .create()
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}\n{}", d.diagnostics()));
     assert!(created.pid > 0);
     let started = d.start_process("").await.unwrap();
     assert_eq!(started.pid, created.pid);
@@ -190,7 +225,7 @@ async fn lifecycle(bins: &RundBins, args: &[&str], want_status: u32) {
         "event order of {args:?}: {evs:#?}"
     );
     for r in &evs {
-        assert_eq!((r.via, r.namespace.as_str()), (Via::Forward, NAMESPACE));
+        assert_eq!(r.namespace, NAMESPACE);
     }
     match &evs[2].event {
         TaskEvent::Exit(e) => {
@@ -228,29 +263,61 @@ async fn exit_never_before_start_20_times() {
     }
 }
 
+/// rund's default: every sandbox in its own user namespace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exec_events_and_errors() {
     let Some(bins) = setup("exec") else {
         return;
     };
-    let d = direct_spec(&bins, "exec", &["sleep", "30"], |_| {}).await;
-    d.create().await.unwrap_or_else(|e| panic!("{e:?}\n{}", d.diagnostics()));
+    exec_flow(&bins, "").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_events_and_errors_without_userns() {
+    let Some(bins) = setup("exec_without_userns") else {
+        return;
+    };
+    exec_flow(&bins, USERNS_OFF).await;
+}
+
+/// Exec into a `sleep 30`: exit code, events, duplicate and unknown exec ids, exec after the
+/// init exited.
+async fn exec_flow(bins: &RundBins, extra_config: &str) {
+    let d = direct_config(bins, "exec", &["sleep", "30"], |_| {}, extra_config).await;
+    d.create()
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}\n{}", d.diagnostics()));
     d.start_process("").await.unwrap();
     let id = d.bundle.id.clone();
     let req = exec_request(&id, "e1", &exec_process(&["sh", "-c", "exit 4"]));
-    d.shim.task.exec(ctx(), &req).await.unwrap();
-    let again = d.shim.task.exec(ctx(), &req).await.expect_err("same exec id twice");
+    d.shim
+        .task
+        .exec(ctx(), &req)
+        .await
+        .unwrap_or_else(|e| panic!("Exec: {e:?}\n{}", d.diagnostics()));
+    let again = d
+        .shim
+        .task
+        .exec(ctx(), &req)
+        .await
+        .expect_err("same exec id twice");
     assert_eq!(status_of(&again).map(|s| s.0), Some(Code::ALREADY_EXISTS));
     let started = d.start_process("e1").await.unwrap();
     assert!(started.pid > 0);
     assert_eq!(d.wait_process("e1").await.unwrap().exit_status, 4);
     let evs = d.events_until(EXIT).await.unwrap();
-    assert_eq!(topics(&evs), [CREATE, START, EXEC_ADDED, EXEC_STARTED, EXIT]);
+    assert_eq!(
+        topics(&evs),
+        [CREATE, START, EXEC_ADDED, EXEC_STARTED, EXIT]
+    );
     match (&evs[2].event, &evs[3].event, &evs[4].event) {
         (TaskEvent::ExecAdded(a), TaskEvent::ExecStarted(s), TaskEvent::Exit(x)) => {
             assert_eq!((a.exec_id.as_str(), s.exec_id.as_str()), ("e1", "e1"));
             assert_eq!(s.pid, started.pid);
-            assert_eq!((x.id.as_str(), x.exit_status, x.pid), ("e1", 4, started.pid));
+            assert_eq!(
+                (x.id.as_str(), x.exit_status, x.pid),
+                ("e1", 4, started.pid)
+            );
         }
         other => panic!("unexpected events {other:?}"),
     }
@@ -262,7 +329,12 @@ async fn exec_events_and_errors() {
         signal: 15,
         ..Default::default()
     };
-    let err = d.shim.task.kill(ctx(), &unknown).await.expect_err("kill of an unknown exec");
+    let err = d
+        .shim
+        .task
+        .kill(ctx(), &unknown)
+        .await
+        .expect_err("kill of an unknown exec");
     let (code, msg) = status_of(&err).expect("a status");
     assert_eq!(code, Code::NOT_FOUND, "{msg}");
     assert!(msg.contains("nope"), "{msg:?}");
@@ -271,7 +343,12 @@ async fn exec_events_and_errors() {
     assert_eq!(d.wait_process("").await.unwrap().exit_status, 137);
     // The init has exited: an exec is refused, clearly.
     let late = exec_request(&id, "e2", &exec_process(&["true"]));
-    let err = d.shim.task.exec(ctx(), &late).await.expect_err("exec into an exited container");
+    let err = d
+        .shim
+        .task
+        .exec(ctx(), &late)
+        .await
+        .expect_err("exec into an exited container");
     let (code, msg) = status_of(&err).expect("a status");
     assert_eq!(code, Code::FAILED_PRECONDITION, "{msg}");
     assert!(msg.contains("not running") && msg.contains(&id), "{msg:?}");
@@ -298,8 +375,12 @@ async fn delete_action_is_idempotent() {
     for round in 0..2 {
         let out = run_action(&bins, &bundle, "delete").unwrap();
         assert_eq!(out.code(), 0, "round {round}: {}", out.stderr);
-        let resp = DeleteResponse::parse_from_bytes(&out.stdout)
-            .unwrap_or_else(|e| panic!("round {round}: stdout is no DeleteResponse ({e}): {:?}", out.stdout));
+        let resp = DeleteResponse::parse_from_bytes(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "round {round}: stdout is no DeleteResponse ({e}): {:?}",
+                out.stdout
+            )
+        });
         assert_eq!(resp.exit_status, 137, "round {round}");
         assert!(resp.exited_at.is_some(), "round {round}: no exited_at");
     }
@@ -311,7 +392,9 @@ async fn delete_action_after_a_shim_crash_cleans_up() {
         return;
     };
     let mut d = direct_spec(&bins, "crash", &["sleep", "30"], |_| {}).await;
-    d.create().await.unwrap_or_else(|e| panic!("{e:?}\n{}", d.diagnostics()));
+    d.create()
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}\n{}", d.diagnostics()));
     d.start_process("").await.unwrap();
     let agents = rund_tests::shim::residue::agents_of(d.shim.pid);
     assert_eq!(agents.len(), 1, "one sandbox agent: {agents:?}");
@@ -321,21 +404,36 @@ async fn delete_action_after_a_shim_crash_cleans_up() {
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
-    assert!(d.shim.wait_exit(rund_tests::shim::HANG_GUARD).await.is_some());
+    assert!(d
+        .shim
+        .wait_exit(rund_tests::shim::HANG_GUARD)
+        .await
+        .is_some());
     let out = run_action(&bins, &d.bundle, "delete").unwrap();
     assert_eq!(out.code(), 0, "{}", out.stderr);
     let alive = |pid: u32| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
     };
     let deadline = std::time::Instant::now() + SETTLE;
     while agents.iter().any(|&a| alive(a)) && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    assert!(!agents.iter().any(|&a| alive(a)), "delete left the agent {agents:?} running");
+    assert!(
+        !agents.iter().any(|&a| alive(a)),
+        "delete left the agent {agents:?} running"
+    );
     let r = settle(0, &d.bundle.path, &d.bundle.cgroups_path, SETTLE);
     assert!(r.mounts.is_empty(), "delete left mounts: {r}");
-    assert!(r.cgroups.is_empty(), "delete left the container's cgroup: {r}");
+    assert!(
+        r.cgroups.is_empty(),
+        "delete left the container's cgroup: {r}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -349,7 +447,12 @@ async fn checkpoint_is_unimplemented() {
         path: "/tmp/nowhere".into(),
         ..Default::default()
     };
-    let err = d.shim.task.checkpoint(ctx(), &req).await.expect_err("Checkpoint");
+    let err = d
+        .shim
+        .task
+        .checkpoint(ctx(), &req)
+        .await
+        .expect_err("Checkpoint");
     let (code, msg) = status_of(&err).expect("a status");
     assert_eq!(code, Code::UNIMPLEMENTED, "{msg}");
     assert!(msg.to_lowercase().contains("checkpoint"), "{msg:?}");
@@ -369,7 +472,10 @@ async fn connect_and_shutdown() {
     };
     let c = d.shim.task.connect(ctx(), &req).await.unwrap();
     assert_eq!((c.shim_pid, c.task_pid), (d.shim.pid, 0));
-    let created = d.create().await.unwrap_or_else(|e| panic!("{e:?}\n{}", d.diagnostics()));
+    let created = d
+        .create()
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}\n{}", d.diagnostics()));
     d.start_process("").await.unwrap();
     let c = d.shim.task.connect(ctx(), &req).await.unwrap();
     assert_eq!((c.shim_pid, c.task_pid), (d.shim.pid, created.pid));
@@ -380,7 +486,10 @@ async fn connect_and_shutdown() {
         ..Default::default()
     };
     d.shim.task.shutdown(ctx(), &shutdown).await.unwrap();
-    let st = d.state("").await.expect("State after Shutdown with a live container");
+    let st = d
+        .state("")
+        .await
+        .expect("State after Shutdown with a live container");
     assert_eq!(st.status.enum_value(), Ok(Status::RUNNING));
     assert_eq!(st.pid, created.pid);
     assert!(d.shim.alive(), "the shim exited with a live container");
@@ -390,7 +499,14 @@ async fn connect_and_shutdown() {
     d.delete_process("").await.unwrap();
     let socket = d.shim.socket.clone();
     let ended = d.finish().await;
-    assert!(ended.by_itself, "Shutdown after Delete must end the shim: {ended:?}");
+    assert!(
+        ended.by_itself,
+        "Shutdown after Delete must end the shim: {ended:?}"
+    );
     assert_eq!(ended.status.and_then(|s| s.code()), Some(0), "{ended:?}");
-    assert!(!socket.exists(), "the shim left its socket {}", socket.display());
+    assert!(
+        !socket.exists(),
+        "the shim left its socket {}",
+        socket.display()
+    );
 }

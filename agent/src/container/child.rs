@@ -147,7 +147,8 @@ pub fn exec_main(mut a: ExecArgs) -> ! {
 
 fn exec_setup(a: &mut ExecArgs) -> Result<Prepared, String> {
     // Stdio first: /dev/null is the agent's, gone once the mnt ns is joined.
-    stdio::setup(&mut a.fds)?;
+    let console = a.fds.console.is_some();
+    stdio::setup_console_fds(&mut a.fds)?;
     let mut pid_joined = false;
     for (name, fd) in &a.ns {
         ns::join(name, fd)?;
@@ -158,6 +159,9 @@ fn exec_setup(a: &mut ExecArgs) -> Result<Prepared, String> {
     }
     if pid_joined {
         ns::fork_into_pid_ns(&a.sync)?;
+    }
+    if console {
+        stdio::take_ctty()?;
     }
     if let Some(v) = a.process.oom_score_adj() {
         user::oom_score_adj(v)?;

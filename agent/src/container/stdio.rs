@@ -16,16 +16,36 @@ fn dup_to(fd: &impl AsFd, target: i32) -> Result<(), String> {
 
 /// Must run before pivot_root: /dev/null is the agent's.
 pub fn setup(fds: &mut PassedFds) -> Result<(), String> {
+    if fds.console.is_some() {
+        setup_console_fds(fds)?;
+        return take_ctty();
+    }
+    setup_plain(fds)
+}
+
+/// Points 0, 1 and 2 at the console without taking it as the controlling
+/// terminal (an exec does that only after its last fork: a terminal's
+/// session leader that exits would SIGHUP the process).
+pub fn setup_console_fds(fds: &mut PassedFds) -> Result<(), String> {
     if let Some(console) = fds.console.take() {
-        nix::unistd::setsid().map_err(|e| format!("setsid: {e}"))?;
-        // SAFETY: TIOCSCTTY takes an integer argument.
-        let r = unsafe { libc::ioctl(console.as_raw_fd(), libc::TIOCSCTTY, 0) };
-        Errno::result(r).map_err(|e| format!("TIOCSCTTY on the console: {e}"))?;
         for t in 0..3 {
             dup_to(&console, t)?;
         }
         return Ok(());
     }
+    setup_plain(fds)
+}
+
+/// New session with fd 0 (the console) as its controlling terminal.
+pub fn take_ctty() -> Result<(), String> {
+    nix::unistd::setsid().map_err(|e| format!("setsid: {e}"))?;
+    // SAFETY: TIOCSCTTY takes an integer argument.
+    let r = unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) };
+    Errno::result(r).map_err(|e| format!("TIOCSCTTY on the console: {e}"))?;
+    Ok(())
+}
+
+fn setup_plain(fds: &mut PassedFds) -> Result<(), String> {
     let null = || -> Result<OwnedFd, String> {
         std::fs::OpenOptions::new()
             .read(true)

@@ -159,11 +159,22 @@ pub async fn create_init(
         if name == "pid" && plan.pid == NsSource::Sandbox {
             continue;
         }
-        match std::fs::File::open(format!("/proc/{raw}/ns/{name}")) {
+        let path = format!("/proc/{raw}/ns/{name}");
+        // Joining a namespace we are already in is a no-op, and setns of
+        // one's own cgroup namespace can even be refused: skip those.
+        if same_file(&path, &format!("/proc/self/ns/{name}")) {
+            continue;
+        }
+        match std::fs::File::open(&path) {
             Ok(f) => ns.push((name.to_string(), OwnedFd::from(f))),
-            Err(e) => crate::warn!(
-                "container {id}: open /proc/{raw}/ns/{name}: {e} (execs will not join it)"
-            ),
+            Err(e) => {
+                // An exec that cannot join the container must not run
+                // elsewhere: refuse the container now.
+                let _ = nix::sys::signal::kill(init.pid, nix::sys::signal::Signal::SIGKILL);
+                return Err(internal(format!(
+                    "container {id}: open {path}: {e} (execs could not join the container)"
+                )));
+            }
         }
     }
     let pidns = (plan.pid != NsSource::Sandbox)
@@ -213,4 +224,12 @@ pub async fn create_exec(
     };
     drop(args);
     settle(reaper, pid, sync, c.pidns.is_some()).await
+}
+
+fn same_file(a: &str, b: &str) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
 }

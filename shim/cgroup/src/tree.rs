@@ -51,7 +51,14 @@ pub(crate) fn mkdir_one(fs: &dyn CgroupFs, dir: &Path, cpuset: bool) -> Result<b
             }
             Ok(true)
         }
-        Err(e) if errno(&e) == libc::EEXIST => Ok(false),
+        Err(e) if errno(&e) == libc::EEXIST => {
+            // Another shim may have made it a moment ago and not yet filled
+            // its cpuset: a child copied from it would be unusable (ENOSPC).
+            if cpuset {
+                init_cpuset(fs, dir)?;
+            }
+            Ok(false)
+        }
         Err(e) => Err(Error::io("mkdir", dir, e)),
     }
 }
@@ -67,6 +74,8 @@ pub(crate) fn mkdir_parents(fs: &dyn CgroupFs, h: &Hierarchy, rel: &Path) -> Res
                     cur.push(comp);
                     if !fs.exists(&cur) {
                         mkdir_one(fs, &cur, x.has("cpuset"))?;
+                    } else if x.has("cpuset") {
+                        init_cpuset(fs, &cur)?;
                     }
                 }
             }

@@ -153,7 +153,9 @@ pub fn is_fifo(path: &Path) -> bool {
 
 /// Registers an owned fd with the tokio reactor.
 pub fn async_fd(fd: OwnedFd) -> std::io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
-    async_fd_of(fd)
+    // SAFETY: an OwnedFd stays open, with the same number, until the AsyncFd
+    // that owns it is dropped.
+    unsafe { tokio::io::unix::AsyncFd::register(fd) }.map_err(|e| e.into_parts().1)
 }
 
 /// Registers any fd-owning value with the tokio reactor.

@@ -97,8 +97,9 @@ fn spawn_blocking(plan: SpawnPlan) -> Result<Spawned, SandboxError> {
         let _ = child.kill();
     }
     let _ = child.wait();
-    let agent_pid = result?;
-    match launch::recv_json::<SyncMsg>(sync_shim.as_fd()) {
+    let (agent_pid, ready) = result?;
+    let next = if ready { Ok(SyncMsg::Ready) } else { launch::recv_json::<SyncMsg>(sync_shim.as_fd()) };
+    match next {
         Ok(SyncMsg::Ready) => {}
         Ok(SyncMsg::Error { message }) => {
             kill_and_reap(agent_pid);
@@ -122,7 +123,13 @@ fn spawn_blocking(plan: SpawnPlan) -> Result<Spawned, SandboxError> {
     })
 }
 
-fn handshake(plan: &SpawnPlan, sync: &OwnedFd, launcher_pid: i32) -> Result<i32, SandboxError> {
+/// Returns the agent pid and whether the agent already said Ready (the
+/// launcher and the agent share the socket, so Ready may come first).
+fn handshake(
+    plan: &SpawnPlan,
+    sync: &OwnedFd,
+    launcher_pid: i32,
+) -> Result<(i32, bool), SandboxError> {
     let kinds: Vec<FdKind> = plan
         .join
         .iter()
@@ -137,6 +144,7 @@ fn handshake(plan: &SpawnPlan, sync: &OwnedFd, launcher_pid: i32) -> Result<i32,
     fdpass::send(sync.as_fd(), &header, &fds).map_err(|e| SandboxError::Spawn(e.to_string()))?;
     launch::send_json(sync.as_fd(), &plan.config)
         .map_err(|e| SandboxError::Spawn(e.to_string()))?;
+    let mut ready = false;
     loop {
         let msg: SyncMsg = launch::recv_json(sync.as_fd())
             .map_err(|e| SandboxError::Spawn(format!("launcher {launcher_pid}: {e}")))?;
@@ -146,7 +154,8 @@ fn handshake(plan: &SpawnPlan, sync: &OwnedFd, launcher_pid: i32) -> Result<i32,
                 launch::send_json(sync.as_fd(), &SyncMsg::MapsWritten)
                     .map_err(|e| SandboxError::Spawn(e.to_string()))?;
             }
-            SyncMsg::AgentPid { pid } => return Ok(pid),
+            SyncMsg::AgentPid { pid } => return Ok((pid, ready)),
+            SyncMsg::Ready => ready = true,
             SyncMsg::Error { message } => return Err(SandboxError::Agent(message)),
             other => {
                 return Err(SandboxError::Spawn(format!(

@@ -158,7 +158,7 @@ async fn create_inner(
     }
     let rlimits = devices.rlimits.clone();
     crate::rlimit::validate(&rlimits)?;
-    super::userns::sysfs_to_bind(&mut spec, &sandbox);
+    let host_sysfs = super::userns::sysfs_to_bind(&mut spec, &sandbox);
     let binds = super::userns::binds_mode(&spec, svc)?;
 
     let root_path = spec
@@ -213,10 +213,12 @@ async fn create_inner(
             .into());
         }
         let recursive = opts.iter().any(|o| o == "rbind");
-        owned.push((
-            FdKind::Mount(i),
-            super::userns::bind_tree(&src, recursive, &sandbox, binds)?,
-        ));
+        let tree = if host_sysfs.contains(&i) {
+            rootfs::open_tree_clone(&src, recursive)?
+        } else {
+            super::userns::bind_tree(&src, recursive, &sandbox, binds)?
+        };
+        owned.push((FdKind::Mount(i), tree));
     }
     for (kind, fd) in ns_fds {
         owned.push((FdKind::Namespace(kind), fd));
@@ -335,11 +337,6 @@ async fn start_sandbox(
         rlimits: vec![],
         debug: svc.debug,
     };
-    if ns.userns {
-        return Err(ShimError::Unimplemented(
-            "user namespaces are not wired into rund yet".into(),
-        ));
-    }
     let log = crate::entry::logging::agent_log_fd();
     let plan = SpawnPlan {
         config,

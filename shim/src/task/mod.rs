@@ -214,4 +214,18 @@ pub async fn teardown_all(svc: &Arc<Service>) {
     }
     // Exit watchers publish each exit as the agent reports it.
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // Nothing runs any more: give back the cgroups and unmount the rootfs.
+    let containers: Vec<_> = svc.containers.lock().await.values().cloned().collect();
+    for c in containers {
+        if let Some(cg) = &c.cgroup {
+            if let Err(e) = cg.destroy().await {
+                tracing::warn!(id = %c.id, "cgroup: {e}");
+            }
+        }
+        if c.rootfs_mounted {
+            if let Err(e) = crate::rootfs::cleanup(&c.bundle) {
+                tracing::warn!(id = %c.id, "{e}");
+            }
+        }
+    }
 }

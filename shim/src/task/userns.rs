@@ -132,34 +132,38 @@ pub fn bind_tree(
 
 /// Under a user namespace that does not own the network namespace, the
 /// kernel refuses a sysfs mount: bind the host's /sys read-only instead
-/// (what runc does).
-pub fn sysfs_to_bind(spec: &mut Spec, sandbox: &Sandbox) {
-    if sandbox.userns_info.is_none() || sandbox.owns_net {
-        return;
+/// (what runc does). Returns the indices of the mounts it replaced: they are
+/// bound plainly, as sysfs cannot be idmapped.
+pub fn sysfs_to_bind(spec: &mut Spec, sandbox: &Sandbox) -> Vec<usize> {
+    let mut replaced = Vec::new();
+    if sandbox.userns_info.is_none() {
+        return replaced;
     }
     let Some(mounts) = spec.mounts().clone() else {
-        return;
+        return replaced;
     };
     let mounts = mounts
         .into_iter()
-        .map(|m| {
-            if m.typ().as_deref() != Some("sysfs") {
-                return m;
-            }
+        .enumerate()
+        .map(|(i, m)| {
+            // A v1 cgroup hierarchy cannot be mounted from a user namespace
+            // either: bind the host's, read-only, as runc does.
+            let source = match m.typ().as_deref() {
+                Some("sysfs") if !sandbox.owns_net => "/sys",
+                Some("cgroup") => "/sys/fs/cgroup",
+                _ => return m,
+            };
+            replaced.push(i);
+            let opts = ["rbind", "ro", "nosuid", "nodev", "noexec"];
             MountBuilder::default()
                 .destination(m.destination().clone())
                 .typ("bind")
-                .source(PathBuf::from("/sys"))
-                .options(vec![
-                    "rbind".into(),
-                    "ro".into(),
-                    "nosuid".into(),
-                    "nodev".into(),
-                    "noexec".into(),
-                ])
+                .source(PathBuf::from(source))
+                .options(opts.iter().map(|o| o.to_string()).collect::<Vec<_>>())
                 .build()
                 .unwrap_or(m)
         })
         .collect();
     spec.set_mounts(Some(mounts));
+    replaced
 }

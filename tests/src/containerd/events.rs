@@ -95,7 +95,10 @@ impl Containerd {
             self.ctr(&["namespaces", "label", &self.namespace, &label])?
                 .check()?;
             let probe = |e: &Event| e.topic == "/namespaces/update";
-            if watch.wait_for("namespace update", probe, Duration::from_millis(200)).is_ok() {
+            if watch
+                .wait_for("namespace update", probe, Duration::from_millis(200))
+                .is_ok()
+            {
                 break;
             }
             if Instant::now() >= deadline {
@@ -183,7 +186,10 @@ mod tests {
     fn parses_ctr_event_lines() {
         let l = "2024-05-01 10:00:00.123 +0000 UTC rit-ab /tasks/oom {\"container_id\":\"c1\"}";
         let e = Event::parse(l).unwrap();
-        assert_eq!((e.namespace.as_str(), e.topic.as_str()), ("rit-ab", "/tasks/oom"));
+        assert_eq!(
+            (e.namespace.as_str(), e.topic.as_str()),
+            ("rit-ab", "/tasks/oom")
+        );
         assert!(e.is_for("c1") && !e.is_for("c2"));
         let l = "2024-05-01 10:00:00 +0000 UTC ns /tasks/exit {\"container_id\":\"c\",\"exit_status\":137}";
         assert_eq!(Event::parse(l).unwrap().body["exit_status"], 137);

@@ -87,7 +87,9 @@ impl Containerd {
                 if n == 0 {
                     break;
                 }
-                sink.lock().expect("pty output lock").extend_from_slice(&buf[..n]);
+                sink.lock()
+                    .expect("pty output lock")
+                    .extend_from_slice(&buf[..n]);
             }
         });
         Ok(PtyCtr {
@@ -115,6 +117,15 @@ impl PtyCtr {
             if out.contains(needle) {
                 return Ok(out);
             }
+            // The reader ends once ctr is gone: nothing more will come.
+            let ended = self.reader.as_ref().is_none_or(|r| r.is_finished());
+            if ended && !self.output().contains(needle) {
+                return Err(Error::WaitTimeout {
+                    what: format!("{needle:?} on the terminal of {} (it exited)", self.cmd),
+                    secs: 0,
+                    last: format!("{:?}", self.output()),
+                });
+            }
             if Instant::now() >= deadline {
                 return Err(Error::WaitTimeout {
                     what: format!("{needle:?} on the terminal of {}", self.cmd),
@@ -133,6 +144,16 @@ impl PtyCtr {
         unsafe { set_winsize(self.master.as_raw_fd(), &ws) }
             .map(drop)
             .map_err(|e| io_err("TIOCSWINSZ", e))
+    }
+
+    /// Type `bytes` on the terminal (ctr forwards them to the process' stdin).
+    pub fn send(&self, bytes: &[u8]) -> Result<()> {
+        let mut done = 0;
+        while done < bytes.len() {
+            done += nix::unistd::write(&self.master, &bytes[done..])
+                .map_err(|e| io_err("write to the pty master", e))?;
+        }
+        Ok(())
     }
 
     /// Wait for ctr to exit (killed after `timeout`); returns its status and the full output.

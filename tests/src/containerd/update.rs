@@ -12,8 +12,7 @@ use crate::error::{Error, Result};
 
 const UPDATE_PATH: &str = "/containerd.services.tasks.v1.Tasks/Update";
 /// containerd's typeurl for `specs.LinuxResources`.
-const RESOURCES_TYPE_URL: &str =
-    "types.containerd.io/opencontainers/runtime-spec/1/LinuxResources";
+const RESOURCES_TYPE_URL: &str = "types.containerd.io/opencontainers/runtime-spec/1/LinuxResources";
 
 /// google.protobuf.Any.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -71,13 +70,16 @@ impl Containerd {
             .map_err(|e| harness(format!("namespace as metadata: {e}")))?;
         rt.block_on(async move {
             // The URI is a placeholder: the connector always dials the unix socket.
-            let channel = Endpoint::from_static("http://[::]:50051")
-                .connect_with_connector(tower::service_fn(move |_: Uri| {
-                    let p = socket.clone();
-                    async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(p).await?)) }
-                }))
-                .await
-                .map_err(|e| harness(format!("connect: {e}")))?;
+            let channel =
+                Endpoint::from_static("http://[::]:50051")
+                    .connect_with_connector(tower::service_fn(move |_: Uri| {
+                        let p = socket.clone();
+                        async move {
+                            Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(p).await?))
+                        }
+                    }))
+                    .await
+                    .map_err(|e| harness(format!("connect: {e}")))?;
             let mut grpc = tonic::client::Grpc::new(channel);
             grpc.ready()
                 .await

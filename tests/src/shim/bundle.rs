@@ -59,7 +59,10 @@ impl Bundle {
 
     /// The scratch dir (sockets live here, outside the bundle).
     pub fn scratch(&self) -> &Path {
-        self.scratch.as_ref().expect("scratch lives until drop").path()
+        self.scratch
+            .as_ref()
+            .expect("scratch lives until drop")
+            .path()
     }
 
     /// Writes `config.json` verbatim.
@@ -89,7 +92,7 @@ impl Bundle {
 impl Drop for Bundle {
     fn drop(&mut self) {
         super::server::unmount_under(&self.path);
-        if !mount_points_under(&[self.path.clone()]).is_empty() {
+        if !mount_points_under(std::slice::from_ref(&self.path)).is_empty() {
             // Never remove_dir_all through a mount (it could be a host rootfs): keep the dir.
             if let Some(s) = self.scratch.take() {
                 let kept = s.keep();

@@ -1,6 +1,7 @@
 //! A fake containerd events endpoint: the ttrpc `containerd.services.events.ttrpc.v1.Events`
-//! service a shim publishes to (its `TTRPC_ADDRESS`). Every Forward and Publish is recorded,
-//! in arrival order, with its payload decoded.
+//! service a shim publishes to (its `TTRPC_ADDRESS`). That service has one RPC, Forward (the
+//! Publish RPC exists only on containerd's gRPC events service); every Forward is recorded, in
+//! arrival order, with its payload decoded.
 
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -8,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use containerd_shim_protos::api::{Empty, Envelope, ForwardRequest, PublishRequest};
+use containerd_shim_protos::api::{Empty, ForwardRequest};
 use containerd_shim_protos::events::task::{
     TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskOOM, TaskStart,
 };
@@ -33,7 +34,10 @@ pub enum TaskEvent {
     ExecStarted(TaskExecStarted),
     Oom(TaskOOM),
     /// Any other payload (or one that failed to decode), kept raw.
-    Other { type_url: String, value: Vec<u8> },
+    Other {
+        type_url: String,
+        value: Vec<u8>,
+    },
 }
 
 impl TaskEvent {
@@ -75,17 +79,9 @@ impl TaskEvent {
     }
 }
 
-/// Which RPC delivered an event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Via {
-    Forward,
-    Publish,
-}
-
 /// One recorded event.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Recorded {
-    pub via: Via,
     pub topic: String,
     pub namespace: String,
     pub event: TaskEvent,
@@ -115,28 +111,11 @@ impl Recorder {
 #[async_trait]
 impl Events for Recorder {
     async fn forward(&self, _ctx: &TtrpcContext, req: ForwardRequest) -> ttrpc::Result<Empty> {
-        let env: &Envelope = req.envelope();
+        let env = req.envelope();
         self.record(Recorded {
-            via: Via::Forward,
             topic: env.topic.clone(),
             namespace: env.namespace.clone(),
             event: TaskEvent::decode(env.event()),
-        });
-        Ok(Empty::new())
-    }
-
-    async fn publish(&self, ctx: &TtrpcContext, req: PublishRequest) -> ttrpc::Result<Empty> {
-        // Publish carries the namespace in the request metadata, as containerd's client sets it.
-        let namespace = ctx
-            .metadata
-            .get("containerd-namespace")
-            .and_then(|v| v.first().cloned())
-            .unwrap_or_default();
-        self.record(Recorded {
-            via: Via::Publish,
-            topic: req.topic.clone(),
-            namespace,
-            event: TaskEvent::decode(req.event()),
         });
         Ok(Empty::new())
     }

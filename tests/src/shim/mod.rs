@@ -1,6 +1,6 @@
 //! Direct (containerd-less) tests of the shim binary.
 //!
-//! - [`FakeEvents`]: a fake containerd events endpoint (ttrpc `Events` Forward and Publish)
+//! - [`FakeEvents`]: a fake containerd events endpoint (ttrpc `Events` Forward)
 //!   that records every event in order, decoded.
 //! - [`ShimServer`]: the shim run in serve mode in a bundle, with `TTRPC_ADDRESS` pointing at
 //!   the fake, and a connected Task client; [`run_action`] for one-shot actions (`delete`).
@@ -23,9 +23,12 @@ use containerd_shim_protos::ttrpc;
 use containerd_shim_protos::ttrpc::Code;
 use serde_json::Value;
 
+/// Config TOML that turns rund's default user namespaces off.
+pub const USERNS_OFF: &str = "[userns]\nenabled = false\n";
+
 pub use bundle::{cgroup_parent, default_spec, exec_process, unique_id, Bundle, NAMESPACE};
 pub use error::{Result, ShimHarnessError};
-pub use events::{topics, FakeEvents, Recorded, TaskEvent, Via};
+pub use events::{topics, FakeEvents, Recorded, TaskEvent};
 pub use flow::EVENT_GUARD;
 pub use residue::{residue, settle, Residue};
 pub use server::{ctx, run_action, ActionOutput, Ended, ShimServer, HANG_GUARD};
@@ -48,8 +51,13 @@ impl Direct {
     /// Starts a fake events server and the shim for `bundle` (its config.json may be written
     /// before or after).
     pub async fn start(bins: &RundBins, bundle: Bundle) -> Result<Direct> {
+        Self::start_with(bins, bundle, "").await
+    }
+
+    /// Like [`Direct::start`], with `extra_config` (TOML) appended to the shim's rund config.
+    pub async fn start_with(bins: &RundBins, bundle: Bundle, extra_config: &str) -> Result<Direct> {
         let events = FakeEvents::start(&bundle.scratch().join("events.sock")).await?;
-        let shim = ShimServer::start(bins, &bundle, &events).await?;
+        let shim = ShimServer::start_with(bins, &bundle, &events, extra_config).await?;
         Ok(Direct {
             shim,
             events,

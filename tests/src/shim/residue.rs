@@ -95,6 +95,11 @@ fn stat_of(pid: u32) -> Option<(u32, String)> {
     let open = stat.find('(')?;
     let close = stat.rfind(')')?;
     let comm = stat.get(open + 1..close)?.to_string();
-    let ppid = stat.get(close + 2..)?.split_whitespace().nth(1)?.parse().ok()?;
+    let ppid = stat
+        .get(close + 2..)?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
     Some((ppid, comm))
 }

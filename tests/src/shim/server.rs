@@ -56,7 +56,18 @@ impl ShimServer {
     /// -socket unix://<scratch>/shim.sock` in `bundle`, publishing to `events`, and connects a
     /// Task client once it listens.
     pub async fn start(bins: &RundBins, bundle: &Bundle, events: &FakeEvents) -> Result<Self> {
-        let config = super::state::process_config()?;
+        Self::start_with(bins, bundle, events, "").await
+    }
+
+    /// Like [`ShimServer::start`], with `extra_config` (TOML) appended to the harness' rund
+    /// config.
+    pub async fn start_with(
+        bins: &RundBins,
+        bundle: &Bundle,
+        events: &FakeEvents,
+        extra_config: &str,
+    ) -> Result<Self> {
+        let config = super::state::process_config_with(extra_config)?;
         let socket = bundle.scratch().join("shim.sock");
         let stderr = bundle.scratch().join("shim.stderr");
         let err_file = File::create(&stderr).io("create shim stderr", &stderr)?;
@@ -67,7 +78,7 @@ impl ShimServer {
             .arg(format!("unix://{}", socket.display()))
             .current_dir(&bundle.path)
             .env("TTRPC_ADDRESS", events.address())
-            .env("RUND_CONFIG", config)
+            .env("RUND_CONFIG", &config)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(err_file);

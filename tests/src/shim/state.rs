@@ -31,6 +31,22 @@ pub fn process_config() -> Result<&'static Path> {
     Ok(p)
 }
 
+/// A config like [`process_config`] with `extra` TOML appended (e.g. `"[userns]\nenabled =
+/// false\n"`), sharing the same state dirs so that all shims share one cgroup pool.
+pub fn process_config_with(extra: &str) -> Result<PathBuf> {
+    use std::hash::{Hash, Hasher};
+    let base = process_config()?;
+    if extra.is_empty() {
+        return Ok(base.to_path_buf());
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    extra.hash(&mut h);
+    let path = base.with_file_name(format!("rund-{:016x}.toml", h.finish()));
+    let text = std::fs::read_to_string(base).io("read rund config", base)?;
+    std::fs::write(&path, format!("{text}\n{extra}")).io("write rund config", &path)?;
+    Ok(path)
+}
+
 fn state_dir(pid: u32) -> PathBuf {
     PathBuf::from(format!("{DIRECT_BASE}/state-{pid}"))
 }
