@@ -76,6 +76,11 @@ impl Env {
         let mut m = toml::Table::new();
         m.insert("on_failure".into(), on_failure.into());
         t.insert("memlock".into(), m.into());
+        // The device-cgroup probes mknod inside, which a user namespace
+        // forbids; devices_under_a_user_namespace covers that case.
+        let mut u = toml::Table::new();
+        u.insert("enabled".into(), false.into());
+        t.insert("userns".into(), u.into());
         let p = self.ctd.dir.join(format!("{name}.toml"));
         std::fs::write(&p, toml::to_string(&t).unwrap()).unwrap();
         p
