@@ -7,9 +7,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use rund_tests::{
-    RUNC_RUNTIME,
     assert_no_leaks_within, runtime_under_test, Containerd, ContainerdOpts, LeakSnapshot, RunSpec,
-    RUND_RUNTIME,
+    RUNC_RUNTIME, RUND_RUNTIME,
 };
 
 fn rt() -> String {

@@ -98,7 +98,11 @@ fn spawn_blocking(plan: SpawnPlan) -> Result<Spawned, SandboxError> {
     }
     let _ = child.wait();
     let (agent_pid, ready) = result?;
-    let next = if ready { Ok(SyncMsg::Ready) } else { launch::recv_json::<SyncMsg>(sync_shim.as_fd()) };
+    let next = if ready {
+        Ok(SyncMsg::Ready)
+    } else {
+        launch::recv_json::<SyncMsg>(sync_shim.as_fd())
+    };
     match next {
         Ok(SyncMsg::Ready) => {}
         Ok(SyncMsg::Error { message }) => {

@@ -163,7 +163,7 @@ pub fn use_init(spec: &Spec, enabled: bool, skip_for: &[String]) -> Result<bool,
                 .and_then(|a| a.first())
                 .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
                 .unwrap_or_default();
-            Ok(enabled && !skip_for.iter().any(|s| *s == arg0))
+            Ok(enabled && !skip_for.contains(&arg0))
         }
         Some("true") => Ok(true),
         Some("false") => Ok(false),
