@@ -260,3 +260,45 @@ fn bad_inputs_fail_cleanly() {
         "no-such-ns",
     );
 }
+
+/// The spec's seccomp filter and capability sets reach the workload.
+#[test]
+fn seccomp_and_capabilities_apply() {
+    let Some(ctd) = start("seccomp_and_capabilities_apply") else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+    let script = [
+        "sh",
+        "-c",
+        "grep -E '^(Seccomp|CapEff|CapBnd):' /proc/self/status",
+    ];
+    let spec = |id: &str, flags: &[&str]| RunSpec {
+        id: id.into(),
+        rootfs: Some(rootfs.clone()),
+        args: script.iter().map(|s| s.to_string()).collect(),
+        flags: flags.iter().map(|s| s.to_string()).collect(),
+        ..RunSpec::new(&rt())
+    };
+    let plain = ctd.run_spec(&spec("noseccomp", &[])).unwrap();
+    assert!(plain.success(), "{plain:?}");
+    assert!(plain.stdout.contains("Seccomp:\t0"), "{plain:?}");
+    // containerd's default set: CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID
+    // SETUID SETPCAP NET_BIND_SERVICE NET_RAW SYS_CHROOT MKNOD AUDIT_WRITE SETFCAP.
+    assert!(
+        plain.stdout.contains("CapEff:\t00000000a80425fb"),
+        "{plain:?}"
+    );
+    assert!(
+        plain.stdout.contains("CapBnd:\t00000000a80425fb"),
+        "{plain:?}"
+    );
+    let filtered = ctd.run_spec(&spec("seccomp", &["--seccomp"])).unwrap();
+    assert!(filtered.success(), "{filtered:?}");
+    assert!(
+        filtered.stdout.contains("Seccomp:\t2"),
+        "filter mode expected: {filtered:?}"
+    );
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
