@@ -98,3 +98,62 @@ fn cri_pod_lifecycle() {
     assert!(cri.list_pod_sandboxes().unwrap().is_empty());
     assert_no_leaks_within(&ctd, &before, Duration::from_secs(15));
 }
+
+/// The pod's sandbox (rund's agent) dies: creating a container in that pod
+/// fails clearly, and the pod can still be removed without leaks.
+#[test]
+fn pod_whose_sandbox_died() {
+    if runtime_under_test() == RUNC_RUNTIME {
+        eprintln!("SKIP pod_whose_sandbox_died: rund-specific (the agent is the sandbox)");
+        return;
+    }
+    let Some(ctd) =
+        Containerd::start_under_test("pod_whose_sandbox_died", ContainerdOpts::new().cri())
+    else {
+        return;
+    };
+    let cri = ctd.cri_client().expect("CRI client");
+    let before = LeakSnapshot::take(&ctd);
+    let pod = PodSpec::new("dead", &ctd.cgroup_parent);
+    let pod_id = cri.run_pod_sandbox(&pod, handler()).expect("RunPodSandbox");
+    // The agent is the shim's child; this test started both (via containerd).
+    let shim = shims(&ctd);
+    assert_eq!(shim.len(), 1, "{shim:?}");
+    let shim_pid = shim[0].split_whitespace().next().unwrap().to_string();
+    let children: Vec<i64> = std::fs::read_dir(format!("/proc/{shim_pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i64>>()
+        })
+        .collect();
+    let sandbox_pid = *children
+        .iter()
+        .find(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| c.contains("rund-agent"))
+        })
+        .expect("the pod's rund-agent");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(sandbox_pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let web = ContainerSpec::new("web", BUSYBOX_IMAGE, &["sleep", "1000"]);
+    let err = cri
+        .create_and_start(&pod_id, &web, &pod)
+        .expect_err("pod is dead");
+    let text = format!("{err:?}");
+    assert!(
+        text.contains("has exited") || text.contains("no running task"),
+        "clear error expected: {text}"
+    );
+    cri.remove_pod(&pod_id);
+    assert!(cri.list_pod_sandboxes().unwrap().is_empty());
+    assert_no_leaks_within(&ctd, &before, Duration::from_secs(15));
+}
