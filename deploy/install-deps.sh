@@ -5,6 +5,10 @@ set -eu
 PKGS="containerd runc busybox-static protobuf-compiler libclang-dev libseccomp-dev \
 pkg-config libibverbs-dev librdmacm-dev rdma-core perftest containernetworking-plugins \
 iproute2 gcc"
+if [ "${1:-}" = "--list" ]; then
+    echo $PKGS
+    exit 0
+fi
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

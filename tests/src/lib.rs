@@ -30,3 +30,4 @@ pub use error::{Error, Result};
 pub use image::{oci_image_tarball, oci_image_tarball_with_cmd, BUSYBOX_IMAGE};
 pub use leaks::{assert_no_leaks, assert_no_leaks_within, LeakSnapshot};
 pub use rootfs::{busybox_rootfs, shared_busybox_rootfs};
+pub mod userns;
