@@ -25,6 +25,6 @@ echo "deps: installing:$missing"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 # shellcheck disable=SC2086
-apt-get install -y -qq --no-install-recommends $missing >/dev/null
+apt-get install -y -qq $missing >/dev/null
 # Debian starts containerd on install; rund never uses the system instance.
 echo "deps: done"
