@@ -25,6 +25,7 @@ test: build lint test-unit test-integration
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p rund-benches --all-targets --features spec-bench,devices-bench -- -D warnings
 
 test-unit:
 	$(CARGO) test --workspace --exclude rund-tests

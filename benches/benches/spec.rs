@@ -28,7 +28,7 @@ mod real {
                 let s = black_box(&spec);
                 rund_shim::spec::check_supported(s).expect("supported");
                 let _ = black_box(rund_shim::spec::role(s));
-                let _ = black_box(rund_shim::spec::use_init(s));
+                let _ = black_box(rund_shim::spec::use_init(s, true, &[]));
                 let _ = black_box(rund_shim::spec::namespaces::sandbox_namespaces(s));
             })
         });
