@@ -85,13 +85,15 @@ fn spawn_exit_watch(svc: Arc<Service>, c: Arc<Container>, p: Arc<Process>, sb: A
             // containerd expects all output before the exit.
             let _ = tokio::time::timeout(Duration::from_secs(2), pty.wait_output()).await;
         }
-        p.set_exit(exit);
         let e = p.exit().unwrap_or(exit);
         super::resources::drain_oom(&svc, &c).await;
         let _order = c.oom_order.lock().await;
         svc.events
             .exit(&c.id, &p.exec_id, p.pid(), e.status, e.at_ns)
             .await;
+        // Only now may Wait return and Delete run: TaskDelete can never
+        // precede TaskExit.
+        p.set_exit(e);
     });
 }
 
