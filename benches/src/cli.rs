@@ -46,14 +46,21 @@ pub struct Args {
     pub skip_density: bool,
     #[arg(long)]
     pub skip_stop: bool,
-    /// Skip rund's feature switches (userns, cgroup pool on/off).
+    /// Skip rund's feature switches (userns on/off).
     #[arg(long)]
     pub skip_features: bool,
+    /// Skip the cgroup pool study (cgroup phase at 1 and each N, dying memcgs).
+    #[arg(long)]
+    pub skip_pool: bool,
+    /// Create/delete cycles per variant for the dying-memcg count
+    /// (default 1000, quick 100; 0 skips it).
+    #[arg(long)]
+    pub pool_cycles: Option<usize>,
     /// Samples per variant for the feature switches (default 10, quick 5).
     #[arg(long)]
     pub feature_iterations: Option<usize>,
     /// Config file for one feature variant, `<feature>-<variant>=PATH`
-    /// (userns-on, userns-off, cgroup-pool-on, cgroup-pool-off); repeatable.
+    /// (userns-on, userns-off); repeatable.
     #[arg(long = "feature-config", value_parser = parse_kv)]
     pub feature_config: Vec<(String, PathBuf)>,
     /// Where results.json and plot.svg go.
@@ -90,6 +97,8 @@ pub struct Plan {
     pub density: bool,
     pub stop: bool,
     pub features: bool,
+    pub pool: bool,
+    pub pool_cycles: usize,
     pub feature_iterations: usize,
     pub feature_configs: BTreeMap<String, PathBuf>,
     pub out_dir: PathBuf,
@@ -118,6 +127,7 @@ impl Args {
             return Err("--rounds must be > 0".into());
         }
         let features = !self.skip_features && runtimes.contains(&RuntimeKind::Rund);
+        let pool = !self.skip_pool && runtimes.contains(&RuntimeKind::Rund);
         Ok(Plan {
             quick: q,
             iterations: self.iterations.unwrap_or(if q { 10 } else { 30 }),
@@ -132,6 +142,8 @@ impl Args {
             density: !self.skip_density && !self.skip_concurrent,
             stop: !self.skip_stop,
             features,
+            pool,
+            pool_cycles: self.pool_cycles.unwrap_or(if q { 100 } else { 1000 }),
             feature_iterations: self.feature_iterations.unwrap_or(if q { 5 } else { 10 }),
             feature_configs: self.feature_config.into_iter().collect(),
             out_dir: self.out_dir,
@@ -178,6 +190,10 @@ mod tests {
         assert_eq!(p.runtimes, vec![RuntimeKind::Runc]);
         assert_eq!(p.iterations, 3);
         assert!(!p.features, "features need rund");
+        assert!(!p.pool, "the pool study needs rund");
+        let p = plan(&["--quick", "--pool-cycles", "0"]).unwrap();
+        assert_eq!((p.pool, p.pool_cycles), (true, 0));
+        assert_eq!(plan(&[]).unwrap().pool_cycles, 1000);
         let p = plan(&["--feature-config", "userns-on=/x.toml"]).unwrap();
         assert_eq!(
             p.feature_configs.get("userns-on"),

@@ -108,9 +108,10 @@ pub fn find_rund_bins() -> Result<PathBuf, EnvError> {
             candidates.push(t.join("debug"));
         }
     }
+    // containerd resolves PATH entries from its own cwd: make it absolute.
     candidates
         .iter()
         .find(|d| [SHIM_BIN, AGENT_BIN].iter().all(|b| d.join(b).is_file()))
-        .cloned()
+        .map(|d| std::fs::canonicalize(d).unwrap_or_else(|_| d.clone()))
         .ok_or(EnvError::RundMissing(candidates))
 }

@@ -129,6 +129,60 @@ pub struct FeatureResult {
     pub concurrent: [Vec<ConcurrentRun>; 2],
 }
 
+/// The cgroup pool on against off at one N (issue 7).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PoolLevel {
+    /// "on" or "off".
+    pub variant: String,
+    pub n: usize,
+    /// ctr's end-to-end time per container (N = 1: `run --rm`; else `run -d`).
+    pub start_ms: Vec<f64>,
+    pub start: Option<Summary>,
+    /// N > 1: from the release of all N to the last start returning.
+    pub wall_ms: Option<f64>,
+    pub failures: usize,
+    pub errors: Vec<String>,
+    /// From the shim's phase records, one value per Create.
+    pub cgroup_ms: Vec<f64>,
+    pub cgroup: Option<Summary>,
+    /// CPU time of the cgroup step (the work, without waiting for a CPU).
+    pub cgroup_cpu_ms: Vec<f64>,
+    pub cgroup_cpu: Option<Summary>,
+    pub place: Option<Summary>,
+    pub create: Option<Summary>,
+}
+
+/// Dying memcgs left by create/delete cycles with one variant.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DyingRun {
+    pub variant: String,
+    pub cycles: usize,
+    pub failures: usize,
+    pub errors: Vec<String>,
+    /// How dying cgroups were counted on this host.
+    pub method: String,
+    pub before: Option<i64>,
+    pub after: Option<i64>,
+}
+
+impl DyingRun {
+    /// Dying cgroups the cycles added (`None` when the count is unknown).
+    pub fn added(&self) -> Option<i64> {
+        Some(self.after? - self.before?)
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PoolStudy {
+    pub supported: bool,
+    pub note: String,
+    /// The cgroupsPath parent the pool serves (`/<namespace>`).
+    pub parent: String,
+    pub config_paths: [String; 2],
+    pub levels: Vec<PoolLevel>,
+    pub dying: Vec<DyingRun>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Meta {
     pub started_at_unix: u64,
@@ -170,6 +224,7 @@ pub struct Results {
     pub concurrent: Vec<ConcurrentRun>,
     pub stop: BTreeMap<String, StopSet>,
     pub features: Vec<FeatureResult>,
+    pub pool: Option<PoolStudy>,
     pub notes: Vec<String>,
     pub table: Vec<TableRow>,
 }

@@ -5,7 +5,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::cli::Plan;
 use crate::env::{BenchEnv, EnvError};
-use crate::measure::{concurrent, features, single, stop};
+use crate::measure::{concurrent, features, pool, single, stop};
 use crate::progress::{interrupted, Progress};
 use crate::report::figures;
 use crate::results::{Meta, Results};
@@ -28,6 +28,9 @@ fn total_steps(p: &Plan) -> u64 {
         t += p.stop_samples * r;
     }
     let mut t = t as u64;
+    if p.pool {
+        t += pool::steps(&pool_options(p, None));
+    }
     if p.features {
         t += features::SWITCHES
             .iter()
@@ -35,6 +38,15 @@ fn total_steps(p: &Plan) -> u64 {
             .sum::<u64>();
     }
     t
+}
+
+fn pool_options<'a>(p: &'a Plan, bin_dir: Option<&'a std::path::Path>) -> pool::Options<'a> {
+    pool::Options {
+        iterations: p.feature_iterations,
+        concurrency: &p.concurrency,
+        cycles: p.pool_cycles,
+        rund_bin_dir: bin_dir,
+    }
 }
 
 fn first_line(cmd: &str, arg: &str) -> String {
@@ -91,6 +103,7 @@ pub fn run(p: &Plan) -> Result<Results, EnvError> {
         concurrent: Vec::new(),
         stop: BTreeMap::new(),
         features: Vec::new(),
+        pool: None,
         notes: Vec::new(),
         table: Vec::new(),
     };
@@ -124,9 +137,12 @@ pub fn run(p: &Plan) -> Result<Results, EnvError> {
             iterations: p.feature_iterations,
             concurrency: &p.concurrency,
             overrides: &p.feature_configs,
-            rund_bin_dir: env.rund_bin_dir.as_deref(),
         };
         res.features = features::run(&env, &o, &progress);
+    }
+    if p.pool && !interrupted() {
+        let o = pool_options(p, env.rund_bin_dir.as_deref());
+        res.pool = Some(pool::run(&env, &o, &progress));
     }
     progress.phase("clean-up");
     let left = env.sweep();

@@ -50,6 +50,9 @@ pub enum FdKind {
     /// An executable for a `createContainer` hook, "createContainer:<index>":
     /// it must resolve in the runtime namespace, which the agent cannot see.
     Hook(String),
+    /// A cgroup v2 directory to start the container init in
+    /// (`clone3(CLONE_INTO_CGROUP)`).
+    Cgroup,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -16,6 +16,8 @@ pub struct PassedFds {
     pub namespaces: HashMap<String, OwnedFd>,
     pub devices: HashMap<String, OwnedFd>,
     pub hooks: HashMap<String, OwnedFd>,
+    /// The parent's, for clone3: taken out before the fork.
+    pub cgroup: Option<OwnedFd>,
 }
 
 impl PassedFds {
@@ -40,6 +42,7 @@ impl PassedFds {
                 FdKind::Hook(h) => {
                     p.hooks.insert(h, fd);
                 }
+                FdKind::Cgroup => p.cgroup = Some(fd),
             }
         }
         p

@@ -1,7 +1,7 @@
 //! CreateProcess: forking a container init or an exec and waiting for its
 //! set-up report.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 
 use nix::sched::CloneFlags;
 use nix::sys::signal::{kill, Signal};
@@ -16,7 +16,7 @@ use super::state::{ns_inode, Container, Proc};
 use crate::container::child::{exec_main, init_main, ExecArgs, InitArgs};
 use crate::container::fds::PassedFds;
 use crate::reaper::Reaper;
-use crate::sys::raw::clone3;
+use crate::sys::raw::{clone3, clone3_into};
 
 /// A failure, with the ttrpc code to answer.
 pub struct SpawnError {
@@ -98,6 +98,26 @@ async fn settle(
     }
 }
 
+/// clone3 of a container init, into its cgroup from birth when the shim
+/// passed one (v2), so nothing it does is charged elsewhere. Without the
+/// permission (or kernel support) it falls back to a plain clone3; the shim
+/// then places the init through cgroup.procs as it always does.
+fn fork_init(
+    flags: CloneFlags,
+    cgroup: Option<std::os::fd::BorrowedFd<'_>>,
+) -> Result<Option<Pid>, nix::errno::Errno> {
+    let Some(cg) = cgroup else {
+        return clone3(flags);
+    };
+    match clone3_into(flags, Some(cg)) {
+        Err(e) => {
+            crate::debug!("CLONE_INTO_CGROUP refused ({e}); plain clone3");
+            clone3(flags)
+        }
+        ok => ok,
+    }
+}
+
 pub async fn create_init(
     reaper: &Reaper,
     id: &str,
@@ -129,19 +149,22 @@ pub async fn create_init(
     }
     let seccomp = spec.linux().as_ref().and_then(|l| l.seccomp().clone());
     let (sync, child_end) = sync_pair()?;
+    let mut passed = PassedFds::new(fds.0, fds.1);
+    let cgroup = passed.cgroup.take();
     let args = InitArgs {
         id: id.to_string(),
         spec,
         opts,
-        fds: PassedFds::new(fds.0, fds.1),
+        fds: passed,
         sync: child_end,
         terminal,
     };
-    let pid = match clone3(flags) {
+    let pid = match fork_init(flags, cgroup.as_ref().map(|f| f.as_fd())) {
         Err(e) => return Err(internal(format!("container {id}: clone3: {e}"))),
         Ok(None) => init_main(args),
         Ok(Some(pid)) => pid,
     };
+    drop(cgroup);
     drop(args);
     crate::debug!("container {id}: init forked as pid {pid}");
     let init = settle(reaper, pid, sync, plan.pid == NsSource::Fd)
@@ -231,5 +254,25 @@ fn same_file(a: &str, b: &str) -> bool {
     match (std::fs::metadata(a), std::fs::metadata(b)) {
         (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod fork_tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_cgroup_falls_back_to_a_plain_clone() {
+        // Not a cgroup2 directory: the kernel refuses CLONE_INTO_CGROUP.
+        let not_cgroup = std::fs::File::open("/").unwrap();
+        match fork_init(CloneFlags::empty(), Some(not_cgroup.as_fd())) {
+            // SAFETY: leave the forked test child at once.
+            Ok(None) => unsafe { libc::_exit(0) },
+            Ok(Some(pid)) => {
+                let st = nix::sys::wait::waitpid(pid, None).unwrap();
+                assert_eq!(st, nix::sys::wait::WaitStatus::Exited(pid, 0));
+            }
+            Err(e) => panic!("no fallback: {e}"),
+        }
     }
 }

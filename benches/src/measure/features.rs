@@ -1,4 +1,5 @@
-//! Feature switches of rund, each measured on against off with the same
+//! Feature switches of rund (the cgroup pool has its own study in
+//! `pool/`), each measured on against off with the same
 //! alternation. A switch is a rund config file sent as the runtime options'
 //! `ConfigPath`. A switch is only measured when a probe shows the shim honours
 //! it; otherwise it is skipped with a note, never reported as a figure.
@@ -16,33 +17,24 @@ use crate::runtime::{Runtime, RuntimeKind};
 pub struct Switch {
     pub feature: &'static str,
     pub variants: [&'static str; 2],
-    /// Default file contents; the keys follow issues 5 and 7.
+    /// Default file contents; the keys follow issue 5.
     pub defaults: [&'static str; 2],
     /// Also compare concurrent starts (the pool matters under concurrency).
     pub concurrent: bool,
 }
 
-pub const SWITCHES: &[Switch] = &[
-    Switch {
-        feature: "userns",
-        variants: ["on", "off"],
-        defaults: ["[userns]\nenabled = true\n", "[userns]\nenabled = false\n"],
-        concurrent: false,
-    },
-    Switch {
-        feature: "cgroup-pool",
-        variants: ["on", "off"],
-        defaults: ["[cgroup]\npool = \"on\"\n", "[cgroup]\npool = \"off\"\n"],
-        concurrent: true,
-    },
-];
+pub const SWITCHES: &[Switch] = &[Switch {
+    feature: "userns",
+    variants: ["on", "off"],
+    defaults: ["[userns]\nenabled = true\n", "[userns]\nenabled = false\n"],
+    concurrent: false,
+}];
 
 pub struct Options<'a> {
     pub iterations: usize,
     pub concurrency: &'a [usize],
     /// `<feature>-<variant>` -> config file given on the command line.
     pub overrides: &'a BTreeMap<String, PathBuf>,
-    pub rund_bin_dir: Option<&'a Path>,
 }
 
 /// Steps the progress bar gets per switch when it is measured.
@@ -91,7 +83,7 @@ pub fn run(env: &BenchEnv, opts: &Options, progress: &Progress) -> Vec<FeatureRe
             kind: RuntimeKind::Rund,
             config_path: Some(p),
         });
-        match probe(sw, env, &rts, opts.rund_bin_dir) {
+        match probe(sw, env, &rts) {
             Ok(note) => {
                 fr.supported = true;
                 fr.note = note;
@@ -168,12 +160,7 @@ fn config_paths(
 }
 
 /// Evidence that the shim honours the switch, or why not.
-fn probe(
-    sw: &Switch,
-    env: &BenchEnv,
-    rts: &[Runtime; 2],
-    bin_dir: Option<&Path>,
-) -> Result<String, String> {
+fn probe(sw: &Switch, env: &BenchEnv, rts: &[Runtime; 2]) -> Result<String, String> {
     match sw.feature {
         "userns" => {
             let map = |rt: &Runtime, i: usize| {
@@ -199,27 +186,6 @@ fn probe(
                 ));
             }
             Ok(format!("uid_map on: {on:?}, off: {off:?}"))
-        }
-        "cgroup-pool" => {
-            let cli = bin_dir
-                .map(|d| d.join("rund"))
-                .filter(|p| p.is_file())
-                .ok_or("no `rund` CLI next to the shim")?;
-            let out = std::process::Command::new(&cli)
-                .args(["pool", "status"])
-                .env(
-                    "RUND_CONFIG",
-                    rts[0].config_path.clone().unwrap_or_default(),
-                )
-                .output()
-                .map_err(|e| format!("cannot run {}: {e}", cli.display()))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "`rund pool status` failed: {}",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ));
-            }
-            Ok("`rund pool status` answers".into())
         }
         other => Err(format!("no probe for {other}")),
     }

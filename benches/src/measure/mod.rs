@@ -5,6 +5,7 @@ pub mod concurrent;
 pub mod density;
 pub mod events;
 pub mod features;
+pub mod pool;
 pub mod single;
 pub mod stop;
 

@@ -126,6 +126,10 @@ pub fn render(results: &Results) -> String {
         s.push_str("\n### rund feature switches\n\n");
         s.push_str(&render_features(&results.features));
     }
+    if let Some(p) = &results.pool {
+        s.push_str("\n### cgroup pool: on against off\n\n");
+        s.push_str(&super::pool::render(p));
+    }
     if !results.notes.is_empty() {
         s.push_str("\n### notes\n\n");
         for n in &results.notes {

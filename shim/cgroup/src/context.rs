@@ -102,12 +102,16 @@ impl Cgroups {
             None
         };
         let pooled = claimed.is_some();
-        let dirs = match claimed {
-            Some(d) => d,
-            None => tree::create_leaf(self.fs.as_ref(), &self.hier, &path.rel())?,
+        let (dirs, mode) = match claimed {
+            Some(c) if c.devices_baseline => (c.dirs, Mode::CreateOnBaseline),
+            Some(c) => (c.dirs, Mode::Create),
+            None => (
+                tree::create_leaf(self.fs.as_ref(), &self.hier, &path.rel())?,
+                Mode::Create,
+            ),
         };
         let mgr = self.manager(path, dirs, pooled);
-        if let Err(e) = resources::apply(self.fs.as_ref(), &mgr.dirs, res, Mode::Create) {
+        if let Err(e) = resources::apply(self.fs.as_ref(), &mgr.dirs, res, mode) {
             if let Err(e2) = mgr.destroy() {
                 tracing::warn!(%e2, "cleanup after a failed apply");
             }
@@ -139,6 +143,17 @@ impl Cgroups {
     /// `rund pool status`.
     pub fn pool_status(&self) -> Result<Vec<PoolStatus>> {
         self.pool.status()
+    }
+
+    /// `rund pool warm`: fill the pool under `parent` (a cgroupsPath parent
+    /// such as `/k8s.io`) up to `slots` free slots, capped at high water.
+    /// Returns the number of slots made.
+    pub fn pool_warm(&self, parent: &str, slots: usize) -> Result<usize> {
+        if !self.pool_on() {
+            return Err(Error::PoolOff);
+        }
+        let rel = CgroupPath::parse(parent)?.rel();
+        self.pool.warm(&rel, slots)
     }
 
     /// `rund pool gc` (`drain` also removes every free slot).

@@ -38,6 +38,9 @@ pub enum Error {
     /// The feature is not implemented (the shim maps this to UNIMPLEMENTED).
     #[error("cgroup: not implemented: {0}")]
     Unimplemented(String),
+    /// A pool operation was asked for with `cgroup.pool = off`.
+    #[error("cgroup: the pool is off (`[cgroup] pool = \"off\"` in the rund config)")]
+    PoolOff,
     /// A cgroup of that name already exists.
     #[error("cgroup: {0} already exists")]
     AlreadyExists(PathBuf),

@@ -171,11 +171,16 @@ pub(crate) fn remove(fs: &dyn CgroupFs, dirs: &Dirs) -> Result<()> {
 }
 
 pub(crate) fn rmdir_retry(fs: &dyn CgroupFs, d: &Path) -> Result<()> {
+    rmdir_if_present(fs, d).map(drop)
+}
+
+/// [`rmdir_retry`] that tells whether there was a directory to remove.
+pub(crate) fn rmdir_if_present(fs: &dyn CgroupFs, d: &Path) -> Result<bool> {
     let mut tries = 0;
     loop {
         match fs.rmdir(d) {
-            Ok(()) => return Ok(()),
-            Err(e) if errno(&e) == libc::ENOENT => return Ok(()),
+            Ok(()) => return Ok(true),
+            Err(e) if errno(&e) == libc::ENOENT => return Ok(false),
             Err(e) if errno(&e) == libc::EBUSY && tries < 50 => {
                 tries += 1;
                 std::thread::sleep(Duration::from_millis(2));

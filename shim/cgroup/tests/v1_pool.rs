@@ -297,3 +297,102 @@ fn crash_leftovers_are_found_by_gc() {
     }
     m.destroy().unwrap();
 }
+
+#[test]
+fn pool_warm_fills_to_the_target_capped_at_high_water() {
+    let Some(t) = TestTree::v1() else { return };
+    let mut cfg = t.config();
+    cfg.high = 6;
+    cfg.batch = 4;
+    let cg = t.cgroups(cfg.clone());
+    assert_eq!(cg.pool_warm("/burst", 5).unwrap(), 5);
+    assert_eq!(assert_slots_consistent(&t, "burst"), 5);
+    // Already warm: only the missing slot is made, and never past high.
+    assert_eq!(cg.pool_warm("/burst", 100).unwrap(), 1);
+    assert_eq!(assert_slots_consistent(&t, "burst"), 6);
+    let st = cg.pool_status().unwrap();
+    assert_eq!(st.len(), 1, "{st:?}");
+    assert_eq!((st[0].free, st[0].counters.slots_created), (6, 6));
+
+    assert!(cg.pool_warm("/burst/../x", 1).is_err(), "'..' refused");
+    cfg.pool = Switch::Off;
+    let off = t.cgroups(cfg);
+    let e = off.pool_warm("/other", 3).unwrap_err();
+    assert!(e.to_string().contains("pool is off"), "{e}");
+    assert!(!t.roots[0].join("other").exists(), "pool off made a parent");
+}
+
+fn device_list(m: &rund_cgroup::CgroupManager) -> BTreeSet<String> {
+    read(&m.dirs().v1("devices").unwrap().join("devices.list"))
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn baseline() -> BTreeSet<String> {
+    rund_cgroup::resources::DEFAULT_ALLOWED_DEVICES
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
+#[test]
+fn slots_hold_the_device_baseline_and_claims_only_add_to_it() {
+    let Some(t) = TestTree::v1() else { return };
+    let cg = t.cgroups(t.config());
+    cg.pool().warm(Path::new("default"), 2).unwrap();
+    let gpu: oci_spec::runtime::LinuxResources = serde_json::from_str(
+        r#"{"devices": [{"allow": false, "access": "rwm"},
+                        {"allow": true, "type": "c", "major": 1, "minor": 3, "access": "rwm"},
+                        {"allow": true, "type": "c", "major": 195, "minor": 0, "access": "rw"}]}"#,
+    )
+    .unwrap();
+    let before = cg.fs_counts();
+    let a = cg.create("/default/a", Some(&gpu)).unwrap();
+    assert!(a.pooled());
+    // One write: the allow beyond the baseline (null is already in it).
+    assert_eq!(cg.fs_counts().write - before.write, 1);
+    let mut want = baseline();
+    want.insert("c 195:0 rw".into());
+    assert_eq!(device_list(&a), want);
+    // Recycling puts the baseline back: the next tenant does not inherit 195:0.
+    assert_eq!(a.destroy().unwrap(), Some(Released::Recycled));
+    let b = cg.create("/default/b", None).unwrap();
+    assert!(b.pooled());
+    assert_eq!(device_list(&b), baseline());
+    // A deny other than the leading deny-all needs the whole order.
+    let deny: oci_spec::runtime::LinuxResources = serde_json::from_str(
+        r#"{"devices": [{"allow": false, "type": "c", "major": 1, "minor": 3, "access": "rwm"}]}"#,
+    )
+    .unwrap();
+    let c = cg.create("/default/c", Some(&deny)).unwrap();
+    assert!(c.pooled());
+    assert_eq!(
+        device_list(&c),
+        baseline(),
+        "defaults come after the spec's rules"
+    );
+    b.destroy().unwrap();
+    c.destroy().unwrap();
+}
+
+#[test]
+fn a_slot_without_the_baseline_is_never_trusted() {
+    let Some(t) = TestTree::v1() else { return };
+    let cg = t.cgroups(t.config());
+    cg.pool().warm(Path::new("default"), 1).unwrap();
+    // What a slot made by an older rund looks like: everything allowed.
+    let slot = slots_in(&t.roots[0].join("default")).pop().unwrap();
+    let dev = t
+        .roots
+        .iter()
+        .find(|r| r.starts_with("/sys/fs/cgroup/devices"))
+        .expect("devices hierarchy")
+        .join("default")
+        .join(&slot);
+    std::fs::write(dev.join("devices.allow"), "a").unwrap();
+    let m = cg.create("/default/old", None).unwrap();
+    assert!(m.pooled());
+    assert_eq!(device_list(&m), baseline(), "allow-all survived the claim");
+    m.destroy().unwrap();
+}

@@ -76,6 +76,15 @@ pub enum PoolCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Pre-create free slots under a cgroupsPath parent (e.g. `/k8s.io`) so
+    /// that a burst of starts never waits for mkdir. Capped at `high`.
+    Warm {
+        /// The parent the containers' cgroupsPaths share.
+        parent: String,
+        /// Free slots wanted.
+        #[arg(long, default_value_t = 64)]
+        slots: usize,
+    },
     /// Remove half-made, orphaned and surplus slots.
     Gc {
         /// Also remove every free slot.
@@ -116,6 +125,9 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<i32, CliError> {
         }
         Command::Pool(PoolCommand::Status { json }) => pool::status(&cfg.cgroup, json, out)?,
         Command::Pool(PoolCommand::Gc { drain }) => pool::gc(&cfg.cgroup, drain, out)?,
+        Command::Pool(PoolCommand::Warm { parent, slots }) => {
+            pool::warm(&cfg.cgroup, &parent, slots, out)?
+        }
         Command::Devices { json } => devices::list(&cfg.devices, json, out)?,
         Command::Cdi(CdiCommand::Generate(a)) => {
             devices::cdi_generate(&cfg.devices, &a.output_dir, out)?

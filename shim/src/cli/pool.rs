@@ -1,4 +1,4 @@
-//! `rund pool status` and `rund pool gc`.
+//! `rund pool status`, `rund pool warm` and `rund pool gc`.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -89,5 +89,23 @@ pub fn gc(cfg: &CgroupConfig, drain: bool, out: &mut dyn Write) -> Result<(), Cl
         "gc: removed {} {what} in {} pool(s)",
         rep.removed, rep.parents
     )?;
+    Ok(())
+}
+
+pub fn warm(
+    cfg: &CgroupConfig,
+    parent: &str,
+    slots: usize,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let made = cgroups(cfg)?.pool_warm(parent, slots)?;
+    if slots > cfg.high {
+        writeln!(
+            out,
+            "warm: {slots} slots asked, capped at high water {} (raise [cgroup] high)",
+            cfg.high
+        )?;
+    }
+    writeln!(out, "warm: made {made} slot(s) under {parent}")?;
     Ok(())
 }

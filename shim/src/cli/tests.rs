@@ -56,6 +56,12 @@ fn pool_subcommands() {
         c.command,
         Command::Pool(PoolCommand::Gc { drain: false })
     ));
+    let c = parse(&["pool", "warm", "/k8s.io", "--slots", "256"]).unwrap();
+    assert!(matches!(
+        c.command,
+        Command::Pool(PoolCommand::Warm { ref parent, slots: 256 }) if parent == "/k8s.io"
+    ));
+    assert!(parse(&["pool", "warm"]).is_err(), "warm needs a parent");
     assert!(parse(&["pool"]).is_err(), "pool needs a subcommand");
     assert!(parse(&["pool", "status", "--drain"]).is_err());
 }

@@ -42,6 +42,16 @@ pub struct RundConfig {
     pub userns: UsernsConfig,
     /// `[init]`: the tini-like container init.
     pub init: InitConfig,
+    /// `[trace]`: timing records for benchmarks.
+    pub trace: TraceConfig,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TraceConfig {
+    /// Append one JSON line per Create with the wall time of each phase
+    /// (sandbox, devices, rootfs, cgroup, agent, place). Off by default.
+    pub phases_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -128,6 +138,7 @@ impl Default for RundConfig {
             memlock: Default::default(),
             userns: Default::default(),
             init: Default::default(),
+            trace: Default::default(),
         }
     }
 }

@@ -13,6 +13,7 @@ use rund_proto::launch::LaunchConfig;
 use rund_proto::options::ContainerOptions;
 
 use super::namespaces;
+use super::phases::Phases;
 use super::state::{Container, Process, StdioInfo};
 use super::Service;
 use crate::cgroups::{self, ContainerCgroup};
@@ -106,6 +107,12 @@ async fn create_inner(
 
     // The sandbox comes first: the user namespace decides how the rootfs,
     // binds and devices are mounted.
+    // Find the cgroup hierarchies (once per shim) while the sandbox starts:
+    // per-process set-up, kept out of the container's cgroup phase.
+    let cgroups_ready = {
+        let svc = svc.clone();
+        tokio::task::spawn_blocking(move || svc.cgroups())
+    };
     let mut phases = Phases::start();
     let sandbox = match &role {
         Role::Standalone | Role::PodSandbox => {
@@ -129,14 +136,18 @@ async fn create_inner(
     }
 
     if role == Role::PodSandbox {
+        phases.mark("sandbox");
         let cg = ContainerCgroup::create(
-            &svc.cgroups()?,
+            &ready(cgroups_ready).await?,
             &cgroups::path_for(&spec, &req.id),
             cgroups::resources_for(&spec),
         )
         .await?;
         undo.cgroup = Some(cg.clone());
+        phases.mark("cgroup");
         cg.add_pid(sandbox.pid()).await?;
+        phases.mark("place");
+        phases.record(&req.id, svc.config().trace.phases_file.as_deref());
         let init = Arc::new(Process::new(
             "",
             sandbox.pid(),
@@ -173,14 +184,17 @@ async fn create_inner(
         undo.unmount = Some(bundle.to_path_buf());
     }
 
+    let cgroups = ready(cgroups_ready).await?;
+    phases.mark("cgroup-init");
     let cg = ContainerCgroup::create(
-        &svc.cgroups()?,
+        &cgroups,
         &cgroups::path_for(&spec, &req.id),
         cgroups::resources_for(&spec),
     )
     .await?;
     undo.cgroup = Some(cg.clone());
     phases.mark("cgroup");
+    phases.extra("cgroup_cpu", cg.create_cpu);
 
     let (plan, ns_fds) = namespaces::plan(&spec, &role, &sandbox)?;
     let options = ContainerOptions {
@@ -224,6 +238,13 @@ async fn create_inner(
         owned.push((FdKind::Namespace(kind), fd));
     }
     owned.extend(devices.device_fds);
+    // v2: the init starts in its cgroup. Inside a user namespace the agent
+    // may not write host-owned cgroup files, so there cgroup.procs it is.
+    if !sandbox.userns {
+        if let Some(fd) = cg.dir_fd() {
+            owned.push((FdKind::Cgroup, fd));
+        }
+    }
     let (mut kinds, mut fds) = stdio.fds();
     kinds.extend(owned.iter().map(|(k, _)| k.clone()));
     fds.extend(owned.iter().map(|(_, f)| f.as_fd()));
@@ -274,7 +295,7 @@ async fn create_inner(
     }
     let init = Arc::new(Process::new("", host, inner, stdio_info, stdin, pty));
     phases.mark("place");
-    tracing::debug!(id = %req.id, "create phases: {}", phases.report());
+    phases.record(&req.id, svc.config().trace.phases_file.as_deref());
     finish(
         svc,
         req,
@@ -376,39 +397,9 @@ async fn release_lease(svc: &Arc<Service>, id: &str) {
     .await;
 }
 
-/// Wall time of each Create phase, logged at debug level (for `make bench`).
-struct Phases {
-    last: std::time::Instant,
-    first: std::time::Instant,
-    done: Vec<(&'static str, std::time::Duration)>,
-}
-
-impl Phases {
-    fn start() -> Self {
-        let now = std::time::Instant::now();
-        Phases {
-            last: now,
-            first: now,
-            done: Vec::new(),
-        }
-    }
-
-    fn mark(&mut self, name: &'static str) {
-        let now = std::time::Instant::now();
-        self.done.push((name, now - self.last));
-        self.last = now;
-    }
-
-    fn report(&self) -> String {
-        let mut parts: Vec<String> = self
-            .done
-            .iter()
-            .map(|(n, d)| format!("{n}={:.3}ms", d.as_secs_f64() * 1e3))
-            .collect();
-        parts.push(format!(
-            "total={:.3}ms",
-            self.first.elapsed().as_secs_f64() * 1e3
-        ));
-        parts.join(" ")
-    }
+async fn ready(
+    task: tokio::task::JoinHandle<Result<Arc<rund_cgroup::Cgroups>>>,
+) -> Result<Arc<rund_cgroup::Cgroups>> {
+    task.await
+        .map_err(|e| ShimError::Internal(format!("cgroup set-up task: {e}")))?
 }

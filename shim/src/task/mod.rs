@@ -7,6 +7,7 @@ mod exec;
 mod lifecycle;
 mod namespaces;
 mod options;
+mod phases;
 mod resources;
 pub mod state;
 mod userns;

@@ -96,6 +96,15 @@ pub struct GcReport {
     pub removed: usize,
 }
 
+/// A claimed slot.
+#[derive(Debug)]
+pub struct Claim {
+    pub dirs: Dirs,
+    /// v1: the devices cgroup holds the baseline (deny all, then the
+    /// defaults), so create only writes the rules beyond it.
+    pub devices_baseline: bool,
+}
+
 /// How a released cgroup ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Released {
@@ -127,6 +136,16 @@ pub(crate) fn unique_suffix() -> String {
         nanos,
         SEQ.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+/// Where a claimer starts in the free list: the pid alone puts threads of
+/// one process (and shims with close pids) on the same first slot.
+pub(crate) fn spread(name: &str) -> usize {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write(name.as_bytes());
+    h.write_u32(std::process::id());
+    h.finish() as usize
 }
 
 pub(crate) fn new_slot_name() -> String {
@@ -174,14 +193,18 @@ impl Pool {
     }
 
     /// Claim a slot for `path`: `Ok(None)` when the pool has none free (the
-    /// caller then falls back to mkdir). Asks the refiller to top up.
-    pub fn claim(&self, path: &CgroupPath) -> Result<Option<Dirs>> {
-        let got = if self.hier.is_v2() {
+    /// caller then falls back to mkdir). Asks the refiller to top up once
+    /// fewer than `low` free slots remain (waking it on every claim would
+    /// compete with the starts for CPU).
+    pub fn claim(&self, path: &CgroupPath) -> Result<Option<Claim>> {
+        let (got, seen) = if self.hier.is_v2() {
             v2::claim(self, path)?
         } else {
             v1::claim(self, path)?
         };
-        self.request_refill(&path.parent());
+        if seen <= self.cfg.low {
+            self.request_refill(&path.parent());
+        }
         Ok(got)
     }
 

@@ -27,7 +27,7 @@ pub(super) fn v1(fs: &dyn CgroupFs, dirs: &Dirs) -> Result<()> {
                 }
                 "pids" => write(fs, d, "pids.max", "max")?,
                 "blkio" => blkio(fs, d)?,
-                "devices" => write(fs, d, "devices.allow", "a")?,
+                "devices" => crate::resources::devices::apply_v1_baseline(fs, d)?,
                 "freezer" => write(fs, d, "freezer.state", "THAWED")?,
                 "hugetlb" => each_matching(fs, d, "hugetlb.", ".limit_in_bytes", "-1")?,
                 "net_cls" => write(fs, d, "net_cls.classid", "0")?,

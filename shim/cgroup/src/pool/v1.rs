@@ -1,10 +1,11 @@
 //! The v1 pool: claim by rename in the leader hierarchy, then the followers.
 
-use super::{is_slot, new_slot_name, reset, Pool, Released};
+use super::{is_slot, new_slot_name, reset, Claim, Pool, Released};
 use crate::dirs::Dirs;
 use crate::error::{Error, Result};
 use crate::hierarchy::V1Hierarchy;
 use crate::path::CgroupPath;
+use crate::resources::devices;
 use crate::{ctl, tree};
 use std::collections::BTreeSet;
 use std::io;
@@ -24,20 +25,21 @@ fn hierarchies(pool: &Pool) -> &[V1Hierarchy] {
     }
 }
 
-pub(super) fn claim(pool: &Pool, path: &CgroupPath) -> Result<Option<Dirs>> {
+/// The claim and the number of free slots seen.
+pub(super) fn claim(pool: &Pool, path: &CgroupPath) -> Result<(Option<Claim>, usize)> {
     let parent = path.parent();
     let mut slots = pool.free_slots(&parent)?;
     if slots.is_empty() {
-        return Ok(None);
+        return Ok((None, 0));
     }
-    // Racing shims start at different slots, so most first tries win.
+    // Racing claimers start at different slots, so most first tries win.
     let len = slots.len();
-    slots.rotate_left(std::process::id() as usize % len);
+    slots.rotate_left(super::spread(path.name()) % len);
     let leader_parent = pool.leader_dir(&parent);
     let target = leader_parent.join(path.name());
     for slot in slots {
         match pool.fs.rename(&leader_parent.join(&slot), &target) {
-            Ok(()) => return finish_claim(pool, &parent, &slot, path).map(Some),
+            Ok(()) => return finish_claim(pool, &parent, &slot, path).map(|c| (Some(c), len)),
             Err(e) if errno(&e) == libc::ENOENT => continue,
             Err(e) if matches!(errno(&e), libc::EEXIST | libc::ENOTEMPTY) => {
                 return Err(Error::AlreadyExists(target));
@@ -45,19 +47,24 @@ pub(super) fn claim(pool: &Pool, path: &CgroupPath) -> Result<Option<Dirs>> {
             Err(e) => return Err(Error::io("rename", target, e)),
         }
     }
-    Ok(None)
+    Ok((None, len))
 }
 
 /// The leader rename is won: move the same slot in every follower.
-fn finish_claim(pool: &Pool, parent: &Path, slot: &str, path: &CgroupPath) -> Result<Dirs> {
+fn finish_claim(pool: &Pool, parent: &Path, slot: &str, path: &CgroupPath) -> Result<Claim> {
     let fs = pool.fs.as_ref();
     let dirs = Dirs::of(&pool.hier, &path.rel());
     let Dirs::V1(list) = &dirs else {
         unreachable!("v1 pool on v2")
     };
+    let mut devices_baseline = true;
     for (i, (h, dir)) in list.iter().enumerate().skip(1) {
         let from = h.mount.join(parent).join(slot);
         let r = follower_rename(fs, h, &from, dir);
+        if let Ok(true) = r {
+            // Made afresh: it inherited the parent's rules, not the baseline.
+            devices_baseline &= !h.has("devices");
+        }
         if let Err(e) = r {
             // Undo: drop what we own; the rest of the slot is gc's.
             for (_, d) in list[..i].iter() {
@@ -69,22 +76,26 @@ fn finish_claim(pool: &Pool, parent: &Path, slot: &str, path: &CgroupPath) -> Re
             return Err(e);
         }
     }
-    Ok(dirs)
+    Ok(Claim {
+        dirs,
+        devices_baseline,
+    })
 }
 
+/// `Ok(true)` when the directory had to be made instead of renamed.
 fn follower_rename(
     fs: &dyn crate::fs::CgroupFs,
     h: &V1Hierarchy,
     from: &Path,
     to: &Path,
-) -> Result<()> {
+) -> Result<bool> {
     let cpuset = h.has("cpuset");
     for attempt in 0..2 {
         match fs.rename(from, to) {
-            Ok(()) => return Ok(()),
+            Ok(()) => return Ok(false),
             // The slot lost this hierarchy (crash or gc): make the dir instead.
             Err(e) if errno(&e) == libc::ENOENT => {
-                return tree::mkdir_one(fs, to, cpuset).map(|_| ());
+                return tree::mkdir_one(fs, to, cpuset).map(|_| true);
             }
             // An empty leftover of an earlier container of this name: replace it.
             Err(e) if matches!(errno(&e), libc::EEXIST | libc::ENOTEMPTY) && attempt == 0 => {
@@ -138,11 +149,17 @@ pub(super) fn release(pool: &Pool, path: &CgroupPath, dirs: &Dirs) -> Result<Rel
             Ok(()) => done.push(to),
             Err(e) if errno(&e) == libc::ENOENT => {
                 // Missing in this hierarchy (partial create): complete the slot.
-                if let Err(e) = tree::mkdir_one(fs, &to, h.has("cpuset")) {
+                let made = tree::mkdir_one(fs, &to, h.has("cpuset")).and_then(|_| {
+                    done.push(to.clone());
+                    if h.has("devices") {
+                        devices::apply_v1_baseline(fs, &to)?;
+                    }
+                    Ok(())
+                });
+                if let Err(e) = made {
                     tracing::warn!(%e, "cannot complete recycled slot");
                     return abort_recycle(pool, dirs, &done, &st);
                 }
-                done.push(to);
             }
             Err(e) => {
                 tracing::warn!(%e, dir = %dir.display(), "recycle rename failed");
@@ -190,13 +207,19 @@ pub(super) fn make_slots(pool: &Pool, parent: &Path, n: usize) -> Result<usize> 
         // Followers first, leader last.
         for h in hs.iter().skip(1).chain(hs.first()) {
             let d = h.mount.join(parent).join(&slot);
-            if let Err(e) = tree::mkdir_one(fs, &d, h.has("cpuset")) {
+            let r = tree::mkdir_one(fs, &d, h.has("cpuset")).and_then(|_| {
+                made.push(d.clone());
+                if h.has("devices") {
+                    devices::apply_v1_baseline(fs, &d)?;
+                }
+                Ok(())
+            });
+            if let Err(e) = r {
                 for m in made.iter().rev() {
                     let _ = fs.rmdir(m);
                 }
                 return Err(e);
             }
-            made.push(d);
         }
     }
     Ok(n)
@@ -245,16 +268,24 @@ pub(super) fn gc(pool: &Pool, parent: &Path, keep: usize) -> Result<usize> {
     }
     // Concurrent recycles can overshoot high water a little: trim here.
     let excess: Vec<String> = leader_slots.iter().skip(keep).cloned().collect();
+    let mut trimmed: BTreeSet<String> = BTreeSet::new();
     for slot in excess {
         leader_slots.remove(&slot);
         let scratch = leader_parent.join(format!(".rund-pool~gc-{}", super::unique_suffix()));
         if fs.rename(&leader_parent.join(&slot), &scratch).is_ok() {
             removed += usize::from(tree::rmdir_retry(fs, &scratch).is_ok());
+            // By name, not from the snapshot: a recycle that overtook the
+            // listing above may have renamed followers after they were listed.
+            for h in hs.iter().skip(1) {
+                let d = h.mount.join(parent).join(&slot);
+                removed += usize::from(matches!(tree::rmdir_if_present(fs, &d), Ok(true)));
+            }
+            trimmed.insert(slot);
         }
     }
     for (dir, slots) in followers {
         for n in slots {
-            if !leader_slots.contains(&n) && !protected.contains(&n) {
+            if !leader_slots.contains(&n) && !protected.contains(&n) && !trimmed.contains(&n) {
                 removed += usize::from(tree::rmdir_retry(fs, &dir.join(&n)).is_ok());
             }
         }

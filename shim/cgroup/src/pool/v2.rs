@@ -3,6 +3,7 @@
 //! exactly one wins); `containers/<key>` maps the container to its slot.
 
 use super::state::{age, create_exclusive, ParentState};
+use super::Claim;
 use super::{is_slot, new_slot_name, reset, Pool, Released};
 use crate::dirs::Dirs;
 use crate::error::{Error, Result};
@@ -45,15 +46,16 @@ pub(super) fn free_slots(pool: &Pool, parent: &Path) -> Result<Vec<String>> {
         .collect())
 }
 
-pub(super) fn claim(pool: &Pool, path: &CgroupPath) -> Result<Option<Dirs>> {
+/// The claim and the number of free slots seen.
+pub(super) fn claim(pool: &Pool, path: &CgroupPath) -> Result<(Option<Claim>, usize)> {
     let parent = path.parent();
     let st = pool.state(&parent)?;
     let mut slots = free_slots(pool, &parent)?;
     if slots.is_empty() {
-        return Ok(None);
+        return Ok((None, 0));
     }
     let len = slots.len();
-    slots.rotate_left(std::process::id() as usize % len);
+    slots.rotate_left(super::spread(path.name()) % len);
     let key = path.key();
     let base = pool.leader_dir(&parent);
     for slot in slots {
@@ -70,9 +72,14 @@ pub(super) fn claim(pool: &Pool, path: &CgroupPath) -> Result<Option<Dirs>> {
             let _ = std::fs::remove_file(&claim);
             return Err(Error::AlreadyExists(path.rel()));
         }
-        return Ok(Some(Dirs::V2(dir)));
+        // v2 device rules are not written (BPF): no baseline to keep.
+        let got = Claim {
+            dirs: Dirs::V2(dir),
+            devices_baseline: false,
+        };
+        return Ok((Some(got), len));
     }
-    Ok(None)
+    Ok((None, len))
 }
 
 /// The slot directory `path` was given, if it came from the pool.

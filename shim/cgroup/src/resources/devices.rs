@@ -67,6 +67,53 @@ pub(crate) fn apply_v1(fs: &dyn CgroupFs, dir: &Path, rules: &[LinuxDeviceCgroup
     Ok(())
 }
 
+/// The baseline every pool slot holds: deny all, then the defaults.
+pub(crate) fn apply_v1_baseline(fs: &dyn CgroupFs, dir: &Path) -> Result<()> {
+    apply_v1(fs, dir, &[])
+}
+
+/// Whether `devices.list` shows exactly the baseline.
+fn holds_baseline(fs: &dyn CgroupFs, dir: &Path) -> bool {
+    let Ok(list) = crate::ctl::read(fs, dir, "devices.list") else {
+        return false;
+    };
+    let mut have: Vec<&str> = list
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let mut want = DEFAULT_ALLOWED_DEVICES.to_vec();
+    have.sort_unstable();
+    want.sort_unstable();
+    have == want
+}
+
+/// `apply_v1` on a pool slot, which should hold the baseline (checked with
+/// one read: a slot made by an older rund holds allow-all). When the rules
+/// (after a leading deny-all) only allow, the result is the baseline plus
+/// those allows: write just the ones it lacks. Any other deny needs the
+/// full order.
+pub(crate) fn apply_v1_on_baseline(
+    fs: &dyn CgroupFs,
+    dir: &Path,
+    rules: &[LinuxDeviceCgroup],
+) -> Result<()> {
+    let rest = match rules.first() {
+        Some(r) if !r.allow() && rule_string(r) == "a" => &rules[1..],
+        _ => rules,
+    };
+    if rest.iter().any(|r| !r.allow()) || !holds_baseline(fs, dir) {
+        return apply_v1(fs, dir, rules);
+    }
+    for r in rest {
+        let s = rule_string(r);
+        if !DEFAULT_ALLOWED_DEVICES.contains(&s.as_str()) {
+            write(fs, dir, "devices.allow", &s)?;
+        }
+    }
+    Ok(())
+}
+
 /// Whether the rule list leaves every device allowed (nothing to enforce):
 /// no rules, or a wildcard allow with no deny after it.
 pub fn is_allow_all(rules: Option<&[LinuxDeviceCgroup]>) -> bool {

@@ -1,6 +1,6 @@
 //! Applying OCI `LinuxResources` to a cgroup, on v1 and v2.
 
-mod devices;
+pub(crate) mod devices;
 mod v1;
 mod v2;
 
@@ -16,6 +16,9 @@ use oci_spec::runtime::LinuxResources;
 pub enum Mode {
     /// First apply: device rules are always set (deny by default).
     Create,
+    /// First apply on a pool slot whose devices already hold the baseline
+    /// (deny all, then the defaults): only the rules beyond it are written.
+    CreateOnBaseline,
     /// Live update: only the fields present change.
     Update,
 }

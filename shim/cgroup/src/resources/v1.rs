@@ -56,8 +56,16 @@ pub(super) fn apply(
         ));
     }
     let rules = res.devices().as_deref();
-    if mode == Mode::Create || rules.is_some() {
-        devices::apply_v1(fs, need("devices")?, rules.unwrap_or(&[]))?;
+    match mode {
+        Mode::CreateOnBaseline => {
+            devices::apply_v1_on_baseline(fs, need("devices")?, rules.unwrap_or(&[]))?
+        }
+        Mode::Create => devices::apply_v1(fs, need("devices")?, rules.unwrap_or(&[]))?,
+        Mode::Update => {
+            if let Some(r) = rules {
+                devices::apply_v1(fs, need("devices")?, r)?;
+            }
+        }
     }
     Ok(())
 }
