@@ -135,11 +135,14 @@ pub struct PoolLevel {
     /// "on" or "off".
     pub variant: String,
     pub n: usize,
+    /// Runs pooled here (each: N starts at once; N = 1: the whole series).
+    pub runs: usize,
     /// ctr's end-to-end time per container (N = 1: `run --rm`; else `run -d`).
     pub start_ms: Vec<f64>,
     pub start: Option<Summary>,
-    /// N > 1: from the release of all N to the last start returning.
-    pub wall_ms: Option<f64>,
+    /// N > 1: from the release of all N to the last start returning, per
+    /// run without failures.
+    pub walls_ms: Vec<f64>,
     pub failures: usize,
     pub errors: Vec<String>,
     /// From the shim's phase records, one value per Create.
@@ -148,6 +151,8 @@ pub struct PoolLevel {
     /// CPU time of the cgroup step (the work, without waiting for a CPU).
     pub cgroup_cpu_ms: Vec<f64>,
     pub cgroup_cpu: Option<Summary>,
+    pub place_ms: Vec<f64>,
+    pub create_ms: Vec<f64>,
     pub place: Option<Summary>,
     pub create: Option<Summary>,
 }

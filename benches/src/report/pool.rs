@@ -45,13 +45,22 @@ pub fn render(study: &PoolStudy) -> String {
         let (Some(on), Some(off)) = (level(study, "on", n), level(study, "off", n)) else {
             continue;
         };
-        let sum = |l: &PoolLevel| (!l.cgroup_ms.is_empty()).then(|| l.cgroup_ms.iter().sum());
-        let cpu_sum =
-            |l: &PoolLevel| (!l.cgroup_cpu_ms.is_empty()).then(|| l.cgroup_cpu_ms.iter().sum());
+        // Per run: the samples of every round are pooled.
+        let per_run = |v: &[f64], runs: usize| {
+            (!v.is_empty()).then(|| v.iter().sum::<f64>() / runs.max(1) as f64)
+        };
+        let sum = |l: &PoolLevel| per_run(&l.cgroup_ms, l.runs);
+        let cpu_sum = |l: &PoolLevel| per_run(&l.cgroup_cpu_ms, l.runs);
         let get = |f: fn(&PoolLevel) -> Option<&Summary>, g: fn(&Summary) -> f64| {
             (f(on).map(g), f(off).map(g))
         };
-        let records = format!("records {} / {}", on.cgroup_ms.len(), off.cgroup_ms.len());
+        let records = format!(
+            "records {} / {}, runs {} / {}",
+            on.cgroup_ms.len(),
+            off.cgroup_ms.len(),
+            on.runs,
+            off.runs
+        );
         let rows: Vec<Row> = vec![
             (
                 "cgroup phase median (ms)",
@@ -66,7 +75,7 @@ pub fn render(study: &PoolStudy) -> String {
                 String::new(),
             ),
             (
-                "cgroup phase, sum over all Creates (ms)",
+                "cgroup phase, sum over a run's Creates (ms)",
                 (sum(on), sum(off)),
                 1,
                 String::new(),
@@ -78,7 +87,7 @@ pub fn render(study: &PoolStudy) -> String {
                 "user + kernel time of the thread".into(),
             ),
             (
-                "cgroup phase CPU time, sum (ms)",
+                "cgroup phase CPU time, sum over a run (ms)",
                 (cpu_sum(on), cpu_sum(off)),
                 1,
                 String::new(),
@@ -112,12 +121,12 @@ pub fn render(study: &PoolStudy) -> String {
             );
         }
         if n > 1 {
-            let wall = |l: &PoolLevel| l.wall_ms.filter(|_| l.failures == 0).map(|w| w / 1e3);
+            let wall = |l: &PoolLevel| Summary::of(&l.walls_ms).map(|s| s.median / 1e3);
             let (a, b) = (wall(on), wall(off));
             let (r, saved) = compare(a, b);
             let _ = writeln!(
                 s,
-                "| {n} | wall until all {n} started (s) | {} | {} | {r} | {saved} | |",
+                "| {n} | wall until all {n} started, median of runs (s) | {} | {} | {r} | {saved} | |",
                 val(a, 2),
                 val(b, 2)
             );

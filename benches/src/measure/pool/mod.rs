@@ -27,13 +27,15 @@ pub struct Options<'a> {
     /// Sequential `run --rm` samples per variant at N = 1.
     pub iterations: usize,
     pub concurrency: &'a [usize],
+    /// Runs per variant at each concurrency level, pooled in the report.
+    pub rounds: usize,
     /// Create/delete cycles per variant for the dying-memcg count (0: skip).
     pub cycles: usize,
     pub rund_bin_dir: Option<&'a Path>,
 }
 
 pub fn steps(o: &Options) -> u64 {
-    let c: usize = o.concurrency.iter().map(|n| 2 * n).sum();
+    let c: usize = o.concurrency.iter().map(|n| 2 * n * o.rounds).sum();
     (2 * (o.iterations + c + o.cycles)) as u64
 }
 
@@ -173,40 +175,47 @@ pub fn run(env: &BenchEnv, o: &Options, progress: &Progress) -> PoolStudy {
     }
     study.supported = true;
 
-    for (j, &n) in o.concurrency.iter().enumerate() {
-        // on, off at one level; off, on at the next: neither always goes first.
-        let order = if j % 2 == 0 { [0, 1] } else { [1, 0] };
-        for (round, k) in order.into_iter().enumerate() {
-            let v = &variants[k];
-            if interrupted() {
-                break;
+    for &n in o.concurrency {
+        let mut levels = variants.each_ref().map(|v| PoolLevel {
+            variant: v.name.into(),
+            n,
+            ..Default::default()
+        });
+        for round in 0..o.rounds {
+            // on, off, then off, on: neither always goes first.
+            let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+            for k in order {
+                let (v, level) = (&variants[k], &mut levels[k]);
+                if interrupted() {
+                    break;
+                }
+                progress.phase(format!("rund cgroup pool {} N={n} round {round}", v.name));
+                if let Err(e) = warm(v, n) {
+                    note_error(&mut level.errors, e);
+                }
+                phases::reset(&v.phases);
+                let r = concurrent::run(
+                    env,
+                    &v.rt,
+                    n,
+                    300 + round,
+                    &concurrent::Options { density: false },
+                    progress,
+                );
+                level.runs += 1;
+                level.start_ms.extend(&r.latencies_ms);
+                level.start = Summary::of(&level.start_ms);
+                if r.failures == 0 {
+                    level.walls_ms.push(r.wall_ms);
+                }
+                level.failures += r.failures;
+                for e in r.errors {
+                    note_error(&mut level.errors, e);
+                }
+                phases::append(level, &v.phases);
             }
-            progress.phase(format!("rund cgroup pool {} N={n}", v.name));
-            let mut level = PoolLevel {
-                variant: v.name.into(),
-                n,
-                ..Default::default()
-            };
-            if let Err(e) = warm(v, n) {
-                note_error(&mut level.errors, e);
-            }
-            phases::reset(&v.phases);
-            let r = concurrent::run(
-                env,
-                &v.rt,
-                n,
-                300 + round,
-                &concurrent::Options { density: false },
-                progress,
-            );
-            level.start_ms = r.latencies_ms.clone();
-            level.start = Summary::of(&level.start_ms);
-            level.wall_ms = Some(r.wall_ms);
-            level.failures = r.failures;
-            level.errors.extend(r.errors);
-            phases::fill(&mut level, &v.phases);
-            study.levels.push(level);
         }
+        study.levels.extend(levels);
     }
 
     if o.cycles > 0 && !interrupted() {
@@ -259,8 +268,9 @@ fn sequential(
         }
     }
     for (level, v) in levels.iter_mut().zip(variants) {
+        level.runs = 1;
         level.start = Summary::of(&level.start_ms);
-        phases::fill(level, &v.phases);
+        phases::append(level, &v.phases);
     }
     levels
 }

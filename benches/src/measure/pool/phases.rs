@@ -36,15 +36,18 @@ pub fn parse(text: &str) -> Vec<Record> {
 }
 
 /// Adds the run's records (everything since the last reset) to `level`.
-pub fn fill(level: &mut PoolLevel, path: &Path) {
+pub fn append(level: &mut PoolLevel, path: &Path) {
     let recs = parse(&std::fs::read_to_string(path).unwrap_or_default());
-    let col = |f: fn(&Record) -> f64| recs.iter().map(f).collect::<Vec<f64>>();
-    level.cgroup_ms = col(|r| r.cgroup);
-    level.cgroup_cpu_ms = col(|r| r.cgroup_cpu);
+    for r in &recs {
+        level.cgroup_ms.push(r.cgroup);
+        level.cgroup_cpu_ms.push(r.cgroup_cpu);
+        level.place_ms.push(r.place);
+        level.create_ms.push(r.total);
+    }
     level.cgroup = Summary::of(&level.cgroup_ms);
     level.cgroup_cpu = Summary::of(&level.cgroup_cpu_ms);
-    level.place = Summary::of(&col(|r| r.place));
-    level.create = Summary::of(&col(|r| r.total));
+    level.place = Summary::of(&level.place_ms);
+    level.create = Summary::of(&level.create_ms);
 }
 
 #[cfg(test)]
