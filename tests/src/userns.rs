@@ -124,7 +124,18 @@ impl Env {
 
     /// `ctr run --rm --config` of a full OCI spec with this test's rund config.
     pub fn run_config(&self, id: &str, spec: &Value) -> CmdOutput {
+        self.config_run(id, spec, false)
+    }
+
+    /// [`Env::run_config`], detached; fails unless the task started.
+    pub fn run_config_detached(&self, id: &str, spec: &Value) {
+        let out = self.config_run(id, spec, true);
+        assert!(out.success(), "{id}: {out:?}");
+    }
+
+    fn config_run(&self, id: &str, spec: &Value, detach: bool) -> CmdOutput {
         let opts = ConfigRun {
+            detach,
             runtime_config: Some(self.config.clone()),
             ..ConfigRun::default()
         };

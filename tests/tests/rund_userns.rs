@@ -410,10 +410,46 @@ fn spec_mappings_are_honoured() {
                 l[2], "0:0",
                 "{id}: the rootfs is idmapped with the spec's maps"
             );
-            assert_eq!(env.leases(), vec![], "{id}: spec mappings take no lease");
+            assert_eq!(env.leases(), vec![], "{id}: the spec's ranges are released");
             assert_no_leaks_within(&env.ctd, before, GRACE);
         }
     });
+}
+
+#[test]
+fn spec_mappings_cannot_take_a_leased_range() {
+    userns_test(
+        "spec_mappings_cannot_take_a_leased_range",
+        COUNT,
+        |env, before| {
+            env.sleeper("pooled", &[]);
+            let lease = env.lease("pooled");
+            let before_clash = LeakSnapshot::take(&env.ctd);
+            let clash = json!([m(0, lease.base + 100, 10)]);
+            let spec = spec_with_maps(env, "clash", &["true"], clash.clone(), clash, true);
+            let out = env.run_config("clash", &spec);
+            let leased = lease.base.to_string();
+            assert_bad_input(
+                env,
+                &before_clash,
+                &out,
+                &["leased to sandbox pooled", &leased],
+                std::slice::from_ref(&lease),
+            );
+            // While a spec-mapped pod runs, the pool hands out other ids.
+            let taken = json!([m(0, BASE + SIZE, SIZE)]);
+            let spec = spec_with_maps(env, "spec", &["sleep", "1000"], taken.clone(), taken, true);
+            env.run_config_detached("spec", &spec);
+            env.sleeper("third", &[]);
+            let third = env.lease("third");
+            assert_ne!(third.base, BASE + SIZE, "the spec's range was leased again");
+            for id in ["pooled", "spec", "third"] {
+                env.remove(id);
+            }
+            env.assert_no_leases();
+            assert_no_leaks_within(&env.ctd, before, GRACE);
+        },
+    );
 }
 
 #[test]

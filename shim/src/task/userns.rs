@@ -35,26 +35,35 @@ pub async fn plan(svc: &Service, spec: &Spec, sandbox_id: &str) -> Result<Option
                 .find(|m| m.container_id == 0)
                 .map(|m| m.host_id)
                 .unwrap_or(0);
+            // Recorded in the lease file, so the pool never hands these ids
+            // to another sandbox while this one runs.
+            let ranges: Vec<(u32, u32)> = uid
+                .iter()
+                .chain(&gid)
+                .map(|m| (m.host_id, m.size))
+                .collect();
+            let (store, recorded) = in_blocking(
+                svc,
+                move |store, id| store.reserve(&id, std::process::id() as i32, &ranges),
+                sandbox_id,
+            )
+            .await?;
             Ok(Some(Plan {
                 uid_map: uid,
                 gid_map: gid,
                 info: UsernsInfo {
                     host_root,
-                    lease: None,
+                    lease: (recorded > 0).then_some(store),
                 },
             }))
         }
         UsernsMode::Allocate => {
-            let state = config.state_dir.clone();
-            let cfg = config.userns.clone();
-            let id = sandbox_id.to_string();
-            let (store, lease) = tokio::task::spawn_blocking(move || {
-                let store = LeaseStore::in_state_dir(&state, &cfg)?;
-                let lease = store.allocate(&id, std::process::id() as i32)?;
-                Ok::<_, userns::UsernsError>((store, lease))
-            })
-            .await
-            .map_err(|e| ShimError::Internal(e.to_string()))??;
+            let (store, lease) = in_blocking(
+                svc,
+                |store, id| store.allocate(&id, std::process::id() as i32),
+                sandbox_id,
+            )
+            .await?;
             let map = userns::lease_map(&lease);
             Ok(Some(Plan {
                 uid_map: map.clone(),
@@ -66,6 +75,24 @@ pub async fn plan(svc: &Service, spec: &Spec, sandbox_id: &str) -> Result<Option
             }))
         }
     }
+}
+
+/// Runs `f` on the node's lease store off the async threads.
+async fn in_blocking<F, T>(svc: &Service, f: F, sandbox_id: &str) -> Result<(LeaseStore, T)>
+where
+    F: FnOnce(&LeaseStore, String) -> std::result::Result<T, userns::UsernsError> + Send + 'static,
+    T: Send + 'static,
+{
+    let config = svc.config();
+    let id = sandbox_id.to_string();
+    tokio::task::spawn_blocking(move || {
+        let store = LeaseStore::in_state_dir(&config.state_dir, &config.userns)?;
+        let got = f(&store, id)?;
+        Ok::<_, userns::UsernsError>((store, got))
+    })
+    .await
+    .map_err(|e| ShimError::Internal(e.to_string()))?
+    .map_err(ShimError::from)
 }
 
 /// How bind sources are mounted for this container.

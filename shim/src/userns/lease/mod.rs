@@ -32,6 +32,9 @@ pub struct Lease {
     pub index: u32,
 }
 
+/// `Lease::index` of a range the spec chose (not a pool slot).
+pub const SPEC_INDEX: u32 = u32::MAX;
+
 /// One line of the leases file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -87,10 +90,7 @@ impl LeaseStore {
         if sandbox_id.is_empty() {
             return Err(UsernsError::Config("empty sandbox id".into()));
         }
-        let owner = self
-            .live
-            .owner(owner_pid)
-            .ok_or(UsernsError::OwnerGone(owner_pid))?;
+        let owner = self.owner_of(owner_pid)?;
         let locked = file::lock(&self.dir)?;
         let mut state = locked.load()?;
         if let Some(e) = state.leases.iter_mut().find(|e| e.sandbox_id == sandbox_id) {
@@ -130,26 +130,94 @@ impl LeaseStore {
         Ok(lease)
     }
 
+    /// Records the host ranges a spec chose (`linux.uidMappings` and
+    /// `gidMappings`), clipped to the pool, so the pool never hands them
+    /// out. A range that overlaps a live pool lease of another sandbox is
+    /// refused; ranges of two spec-mapped sandboxes may overlap (that is the
+    /// specs' choice). Ranges outside the pool need no record. Returns the
+    /// number of ranges recorded.
+    pub fn reserve(
+        &self,
+        sandbox_id: &str,
+        owner_pid: i32,
+        ranges: &[(u32, u32)],
+    ) -> Result<usize, UsernsError> {
+        let owner = self.owner_of(owner_pid)?;
+        let locked = file::lock(&self.dir)?;
+        let mut state = locked.load()?;
+        state.leases.retain(|e| self.live.is_alive(&e.owner));
+        for &(host, size) in ranges {
+            let clash = state.leases.iter().find(|e| {
+                e.sandbox_id != sandbox_id
+                    && e.lease.index != SPEC_INDEX
+                    && overlaps(host, size, e.lease.host_base, e.lease.size)
+            });
+            if let Some(e) = clash {
+                return Err(UsernsError::Mapping(format!(
+                    "host ids {host}..{} overlap ids {}..{} that rund leased to sandbox {}; \
+                     pick ids outside [userns] base..base+size*count or let rund allocate",
+                    host as u64 + size as u64,
+                    e.lease.host_base,
+                    e.lease.host_base as u64 + e.lease.size as u64,
+                    e.sandbox_id
+                )));
+            }
+        }
+        let (lo, hi) = (
+            self.pool.base as u64,
+            self.pool.base as u64 + self.pool.size as u64 * self.pool.count as u64,
+        );
+        let mut recorded = 0;
+        for &(host, size) in ranges {
+            let start = (host as u64).max(lo);
+            let end = (host as u64 + size as u64).min(hi);
+            if start >= end {
+                continue;
+            }
+            let (host_base, size) = (start as u32, (end - start) as u32);
+            let lease = Lease {
+                host_base,
+                size,
+                index: SPEC_INDEX,
+            };
+            let known = state
+                .leases
+                .iter()
+                .any(|e| e.sandbox_id == sandbox_id && e.lease == lease);
+            recorded += 1;
+            if !known {
+                state.leases.push(LeaseEntry {
+                    sandbox_id: sandbox_id.to_string(),
+                    lease,
+                    owner: owner.clone(),
+                });
+            }
+        }
+        locked.store(&state)?;
+        Ok(recorded)
+    }
+
     /// Hands `sandbox_id`'s lease to `owner_pid` (e.g. the sandbox agent,
     /// whose life is the sandbox's). Errors if there is no such lease.
     pub fn adopt(&self, sandbox_id: &str, owner_pid: i32) -> Result<Lease, UsernsError> {
-        let owner = self
-            .live
-            .owner(owner_pid)
-            .ok_or(UsernsError::OwnerGone(owner_pid))?;
+        let owner = self.owner_of(owner_pid)?;
         let locked = file::lock(&self.dir)?;
         let mut state = locked.load()?;
-        let e = state
+        let mut first = None;
+        // A spec-mapped sandbox has one entry per range: move them all.
+        for e in state
             .leases
             .iter_mut()
-            .find(|e| e.sandbox_id == sandbox_id)
-            .ok_or_else(|| {
-                UsernsError::Config(format!(
-                    "sandbox {sandbox_id:?} has no user namespace lease"
-                ))
-            })?;
-        e.owner = owner;
-        let lease = e.lease;
+            .filter(|e| e.sandbox_id == sandbox_id)
+        {
+            e.owner = owner.clone();
+            first.get_or_insert(e.lease);
+        }
+        let lease = first.ok_or_else(|| {
+            UsernsError::Config(format!(
+                "sandbox {sandbox_id:?} has no user namespace lease"
+            ))
+        })?;
         locked.store(&state)?;
         Ok(lease)
     }
@@ -162,9 +230,10 @@ impl LeaseStore {
         let Some(pos) = state.leases.iter().position(|e| e.sandbox_id == sandbox_id) else {
             return Ok(None);
         };
-        let gone = state.leases.remove(pos);
+        let gone = state.leases[pos].lease;
+        state.leases.retain(|e| e.sandbox_id != sandbox_id);
         locked.store(&state)?;
-        Ok(Some(gone.lease))
+        Ok(Some(gone))
     }
 
     pub fn get(&self, sandbox_id: &str) -> Result<Option<Lease>, UsernsError> {
@@ -201,6 +270,11 @@ impl LeaseStore {
     /// moved aside and rebuilt from the user namespaces of live processes.
     pub fn repair(&self) -> Result<RepairReport, UsernsError> {
         repair::repair(&self.dir, self.pool, self.live.as_ref(), Path::new("/proc"))
+    }
+
+    /// `pid` as a lease owner; it must be running.
+    fn owner_of(&self, pid: i32) -> Result<Owner, UsernsError> {
+        self.live.owner(pid).ok_or(UsernsError::OwnerGone(pid))
     }
 
     fn slot_taken(&self, i: u32, leases: &[LeaseEntry]) -> bool {

@@ -209,3 +209,67 @@ fn repair_moves_a_corrupt_file_aside_and_keeps_good_ones() {
     assert!(s.list().unwrap().is_empty());
     assert_eq!(s.allocate("b", 10).unwrap().index, 0);
 }
+
+#[test]
+fn spec_ranges_block_the_pool_and_cannot_take_a_leased_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, fake) = store(dir.path(), 4);
+    fake.spawn(10, 1);
+    fake.spawn(11, 1);
+    fake.spawn(12, 1);
+    // Slot 0 is leased by the pool.
+    assert_eq!(s.allocate("pooled", 10).unwrap().index, 0);
+    // A spec range over slot 1 (uid) and slot 2 (gid) reserves both.
+    let n = s.reserve("spec", 11, &[(101_000, 1000), (102_500, 10)]);
+    assert_eq!(n.unwrap(), 2);
+    assert_eq!(
+        s.allocate("next", 12).unwrap().index,
+        3,
+        "slots 1 and 2 are reserved"
+    );
+    // Over a live pool lease: refused, naming both ranges and the holder.
+    let e = s.reserve("clash", 12, &[(100_500, 1)]).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("100500..100501") && msg.contains("pooled"),
+        "{msg}"
+    );
+    assert!(e.is_bad_input());
+    // Two spec-mapped sandboxes may share ids: the spec chose them.
+    s.reserve("spec2", 12, &[(101_000, 1000)]).unwrap();
+    // Release drops every range of the sandbox at once.
+    s.release("spec").unwrap();
+    assert!(s.list().unwrap().iter().all(|e| e.sandbox_id != "spec"));
+}
+
+#[test]
+fn spec_ranges_are_clipped_to_the_pool_and_adopted_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, fake) = store(dir.path(), 4);
+    fake.spawn(12, 1);
+    fake.spawn(20, 7);
+    // Outside the pool nothing is recorded; straddling its ends is clipped.
+    assert_eq!(s.reserve("outside", 12, &[(200_000, 5)]).unwrap(), 0);
+    assert_eq!(
+        s.reserve("multi", 12, &[(103_990, 20), (99_990, 20)])
+            .unwrap(),
+        2
+    );
+    let mine: Vec<(u32, u32)> = s
+        .list()
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.sandbox_id == "multi")
+        .map(|e| (e.lease.host_base, e.lease.size))
+        .collect();
+    assert_eq!(mine, vec![(103_990, 10), (100_000, 10)]);
+    // Ownership of every range moves with adopt.
+    s.adopt("multi", 20).unwrap();
+    fake.kill(12);
+    assert_eq!(s.reclaim().unwrap(), vec![], "both ranges moved to pid 20");
+    assert_eq!(
+        s.allocate("p", 20).unwrap().index,
+        1,
+        "slots 0 and 3 are held"
+    );
+}
