@@ -124,18 +124,11 @@ const CAPS: &[&str] = &[
 
 /// containerd 1.6's default spec (`ctr oci spec`), made runnable.
 pub fn default_spec(rootfs: &Path, args: &[&str], cgroups_path: &str) -> Value {
+    let mut process = exec_process(args);
+    process["rlimits"] = json!([{ "type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024 }]);
     json!({
         "ociVersion": "1.0.2-dev",
-        "process": {
-            "terminal": false,
-            "user": { "uid": 0, "gid": 0 },
-            "args": args,
-            "env": [PATH_ENV],
-            "cwd": "/",
-            "capabilities": { "bounding": CAPS, "effective": CAPS, "permitted": CAPS },
-            "rlimits": [{ "type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024 }],
-            "noNewPrivileges": true
-        },
+        "process": process,
         "root": { "path": rootfs.display().to_string(), "readonly": false },
         "hostname": "direct",
         "mounts": [

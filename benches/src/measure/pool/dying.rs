@@ -20,25 +20,16 @@ pub enum Counter {
 }
 
 impl Counter {
+    /// The memory hierarchy on v1 (hybrid included), else the v2 root.
     pub fn detect(mountinfo: &str) -> Option<Counter> {
-        let mut v2 = None;
-        for l in mountinfo.lines() {
-            let Some((pre, post)) = l.split_once(" - ") else {
-                continue;
-            };
-            let mount = pre.split(' ').nth(4).map(PathBuf::from);
-            let mut post = post.split(' ');
-            let fstype = post.next().unwrap_or("");
-            let opts = post.nth(1).unwrap_or("");
-            match (fstype, mount) {
-                ("cgroup", Some(m)) if opts.split(',').any(|o| o == "memory") => {
-                    return Some(Counter::V1Memory { mount: m });
-                }
-                ("cgroup2", Some(m)) => v2 = v2.or(Some(m)),
-                _ => {}
+        match rund_cgroup::Hierarchy::from_mountinfo(mountinfo).ok()? {
+            h @ rund_cgroup::Hierarchy::V1 { .. } => {
+                h.v1_mount("memory").map(|m| Counter::V1Memory {
+                    mount: m.to_path_buf(),
+                })
             }
+            rund_cgroup::Hierarchy::V2 { root } => Some(Counter::V2 { root }),
         }
-        v2.map(|root| Counter::V2 { root })
     }
 
     pub fn describe(&self) -> String {
