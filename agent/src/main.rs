@@ -2,7 +2,6 @@
 //! `rund-agent launch` (see `rund_proto::launch`).
 
 mod container;
-mod init;
 mod launch;
 mod log;
 mod process;

@@ -3,7 +3,6 @@
 
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::net::UnixListener;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
@@ -72,6 +71,7 @@ struct Sandbox {
     client: AgentClient,
     fdpass: OwnedFd,
     root: tempfile::TempDir,
+    seq: std::cell::Cell<u64>,
 }
 
 impl Sandbox {
@@ -89,26 +89,38 @@ impl Sandbox {
             kinds.push(FdKind::Rootfs);
             fds.push(open_tree(self.root.path()));
         }
-        let hdr = FdHeader {
-            container_id: id.into(),
-            exec_id: exec_id.into(),
-            fds: kinds,
-        };
+        let seq = self.seq.get() + 1;
+        self.seq.set(seq);
+        let hdr = FdHeader { seq, fds: kinds };
         let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
         fdpass::send(self.fdpass.as_fd(), &hdr, &borrowed).unwrap();
         drop(fds);
-        let req = CreateProcessRequest {
-            container_id: id.into(),
-            exec_id: exec_id.into(),
-            spec_json,
-            ..Default::default()
+        let res = if exec_id.is_empty() {
+            let req = CreateContainerRequest {
+                container_id: id.into(),
+                fd_seq: seq,
+                oci_spec: spec_json,
+                ..Default::default()
+            };
+            self.client
+                .create_container(ttrpc::context::with_timeout(0), &req)
+                .await
+                .map(|r| r.pid)
+        } else {
+            let req = ExecProcessRequest {
+                container_id: id.into(),
+                exec_id: exec_id.into(),
+                fd_seq: seq,
+                oci_process: spec_json,
+                ..Default::default()
+            };
+            self.client
+                .exec_process(ttrpc::context::with_timeout(0), &req)
+                .await
+                .map(|r| r.pid)
         };
-        let res = self
-            .client
-            .create_process(ttrpc::context::with_timeout(0), &req)
-            .await;
         (
-            res.map(|r| r.pid).map_err(|e| format!("{e:?}")),
+            res.map_err(|e| format!("{e:?}")),
             std::fs::File::from(r),
         )
     }
@@ -161,8 +173,8 @@ async fn launch_and_run_containers() {
     let dir = tempfile::tempdir().unwrap();
     let root = tempfile::tempdir().unwrap();
     busybox_rootfs(root.path());
-    let sock_path = dir.path().join("agent.sock");
-    let listener = UnixListener::bind(&sock_path).unwrap();
+    let _ = &dir;
+    let (conn_shim, conn_agent) = std::os::unix::net::UnixStream::pair().unwrap();
     let (fd_shim, fd_agent) = socketpair(
         AddressFamily::Unix,
         SockType::SeqPacket,
@@ -178,7 +190,7 @@ async fn launch_and_run_containers() {
     )
     .unwrap();
     let raw = [
-        listener.as_raw_fd(),
+        conn_agent.as_raw_fd(),
         fd_agent.as_raw_fd(),
         sync_agent.as_raw_fd(),
     ];
@@ -206,11 +218,8 @@ async fn launch_and_run_containers() {
     let mut launcher = cmd.spawn().unwrap();
     drop(fd_agent);
     drop(sync_agent);
-    let hdr = FdHeader {
-        container_id: String::new(),
-        exec_id: "launch".into(),
-        fds: vec![],
-    };
+    drop(conn_agent);
+    let hdr = FdHeader { seq: 0, fds: vec![] };
     fdpass::send(sync_shim.as_fd(), &hdr, &[]).unwrap();
     let cfg = LaunchConfig {
         sandbox_id: "itest".into(),
@@ -236,20 +245,41 @@ async fn launch_and_run_containers() {
         Err(launch::SyncError::Closed)
     ));
 
-    let client = ttrpc::r#async::Client::connect(&format!("unix://{}", sock_path.display()))
-        .await
-        .unwrap();
+    let client = rund_proto::conn::client(conn_shim.into()).unwrap();
     let sb = Sandbox {
         client: AgentClient::new(client),
         fdpass: fd_shim,
         root,
+        seq: Default::default(),
     };
-    let ping = sb
+    let ping = |v: u32| PingRequest {
+        protocol_version: v,
+        ..Default::default()
+    };
+    let ctx = || ttrpc::context::with_timeout(0);
+    let ok = sb.client.ping(ctx(), &ping(PROTOCOL_VERSION)).await.unwrap();
+    assert_eq!(ok.agent_pid, 1);
+    let e = sb
         .client
-        .ping(ttrpc::context::with_timeout(0), &Empty::default())
+        .ping(ctx(), &ping(PROTOCOL_VERSION + 1))
         .await
-        .unwrap();
-    assert_eq!(ping.agent_pid, 1);
+        .unwrap_err();
+    assert!(format!("{e:?}").contains("protocol"), "{e:?}");
+
+    // A request whose fd batch never comes fails on its own, with a clear
+    // error, and blocks nothing after it.
+    let stalled = CreateContainerRequest {
+        container_id: "stalled".into(),
+        fd_seq: 999,
+        oci_spec: spec(&["true"]),
+        ..Default::default()
+    };
+    let e = sb
+        .client
+        .create_container(ttrpc::context::with_timeout(0), &stalled)
+        .await
+        .unwrap_err();
+    assert!(format!("{e:?}").contains("did not arrive"), "{e:?}");
 
     // Output reaches the stdout fd; the exit status comes back.
     let (pid, out) = sb
@@ -277,7 +307,8 @@ async fn launch_and_run_containers() {
         "{err}"
     );
 
-    // TERM reaches a shell workload through the init; an exec joins the container.
+    // TERM reaches a shell PID 1 that has no handler (rund carries out the
+    // default action, reported as death by TERM); an exec joins the container.
     let (pid, _out) = sb
         .create("c4", "", spec(&["sh", "-c", "sleep 1000 & wait"]))
         .await;

@@ -1,6 +1,8 @@
 //! The fd side channel: a SOCK_SEQPACKET socketpair between shim and agent.
 //! One message = a JSON [`FdHeader`] plus the fds it describes (SCM_RIGHTS).
-//! The shim sends it right before the `CreateProcess` RPC it belongs to.
+//! The shim sends a batch right before the request that names its `seq`;
+//! pairing by number (not by container id) means a batch can never be taken
+//! by another request.
 
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -47,19 +49,28 @@ pub enum FdKind {
     Namespace(String),
     /// A device node to bind-mount at this container path (user namespaces).
     Device(String),
-    /// An executable for a `createContainer` hook, "createContainer:<index>":
-    /// it must resolve in the runtime namespace, which the agent cannot see.
-    Hook(String),
     /// A cgroup v2 directory to start the container init in
     /// (`clone3(CLONE_INTO_CGROUP)`).
     Cgroup,
+    /// The rund-init binary (static), for containers that run it as PID 1.
+    Init,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct FdHeader {
-    pub container_id: String,
-    pub exec_id: String,
+    /// The batch number the request names (`fd_seq`); 0 is the launch batch.
+    pub seq: u64,
     pub fds: Vec<FdKind>,
+}
+
+/// Whether an OCI mount is a bind mount: the shim passes exactly these as
+/// `FdKind::Mount(i)` trees, and the agent attaches exactly these from fds.
+pub fn is_bind_mount(typ: Option<&str>, options: Option<&[String]>) -> bool {
+    typ == Some("bind")
+        || options
+            .unwrap_or_default()
+            .iter()
+            .any(|o| o == "bind" || o == "rbind")
 }
 
 /// Sends `header` with `fds` (same order as `header.fds`).
@@ -74,10 +85,32 @@ pub fn send(
             got: fds.len(),
         });
     }
+    send_msg(sock, header, fds)
+}
+
+/// Receives one batch. Every fd that arrives is owned (and so closed on
+/// error), so a bad message leaks nothing.
+pub fn recv(sock: BorrowedFd<'_>) -> Result<(FdHeader, Vec<OwnedFd>), FdPassError> {
+    let (header, fds): (FdHeader, _) = recv_msg(sock)?;
+    if header.fds.len() != fds.len() {
+        return Err(FdPassError::Count {
+            listed: header.fds.len(),
+            got: fds.len(),
+        });
+    }
+    Ok((header, fds))
+}
+
+/// Sends one JSON message with `fds` attached (SCM_RIGHTS), as one datagram.
+pub fn send_msg<T: Serialize>(
+    sock: BorrowedFd<'_>,
+    msg: &T,
+    fds: &[BorrowedFd<'_>],
+) -> Result<(), FdPassError> {
     if fds.len() > MAX_FDS {
         return Err(FdPassError::TooMany(fds.len()));
     }
-    let body = serde_json::to_vec(header)?;
+    let body = serde_json::to_vec(msg)?;
     let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
     let iov = [IoSlice::new(&body)];
     let cmsgs = if raw.is_empty() {
@@ -89,9 +122,10 @@ pub fn send(
     Ok(())
 }
 
-/// Receives one message. Every fd that arrives is owned (and so closed on
-/// error), so a bad message leaks nothing.
-pub fn recv(sock: BorrowedFd<'_>) -> Result<(FdHeader, Vec<OwnedFd>), FdPassError> {
+/// Receives one JSON datagram and the fds attached to it.
+pub fn recv_msg<T: for<'de> Deserialize<'de>>(
+    sock: BorrowedFd<'_>,
+) -> Result<(T, Vec<OwnedFd>), FdPassError> {
     let mut buf = vec![0u8; MAX_HEADER];
     let mut cmsg = cmsg_space!([RawFd; MAX_FDS]);
     let (len, fds, truncated) = {
@@ -122,14 +156,7 @@ pub fn recv(sock: BorrowedFd<'_>) -> Result<(FdHeader, Vec<OwnedFd>), FdPassErro
     if len == 0 && fds.is_empty() {
         return Err(FdPassError::Closed);
     }
-    let header: FdHeader = serde_json::from_slice(&buf[..len])?;
-    if header.fds.len() != fds.len() {
-        return Err(FdPassError::Count {
-            listed: header.fds.len(),
-            got: fds.len(),
-        });
-    }
-    Ok((header, fds))
+    Ok((serde_json::from_slice(&buf[..len])?, fds))
 }
 
 #[cfg(test)]
@@ -153,8 +180,7 @@ mod tests {
         let (a, b) = pair();
         let f = std::fs::File::open("/dev/null").unwrap();
         let h = FdHeader {
-            container_id: "c1".into(),
-            exec_id: String::new(),
+            seq: 7,
             fds: vec![FdKind::Stdin, FdKind::Mount(3)],
         };
         send(a.as_fd(), &h, &[f.as_fd(), f.as_fd()]).unwrap();

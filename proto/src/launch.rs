@@ -1,20 +1,21 @@
 //! The launch handshake between the shim and `rund-agent launch`.
 //!
 //! The shim starts `rund-agent launch` with three inherited fds:
-//! - fd 3 ([`LISTEN_FD`]): the listening unix stream socket the agent serves ttrpc on;
+//! - fd 3 ([`CONN_FD`]): the agent's end of a connected unix stream
+//!   socketpair; the agent serves ttrpc on it and on nothing else;
 //! - fd 4 ([`FDPASS_FD`]): the fd side channel (SOCK_SEQPACKET, see `fdpass`);
 //! - fd 5 ([`SYNC_FD`]): this handshake (SOCK_SEQPACKET), closed once the agent runs.
 //!
 //! On fd 5, in order:
-//! 1. shim -> launcher: an `fdpass` message with `exec_id = "launch"` carrying
-//!    the namespaces to join (`FdKind::Namespace`), then one [`LaunchConfig`] JSON message.
-//! 2. The launcher, still in the initial user namespace, sets `rlimits` (so a
-//!    raise happens before any user namespace exists), then joins the namespace fds.
+//! 1. shim -> launcher: an `fdpass` batch with seq 0 carrying the namespaces
+//!    to join (`FdKind::Namespace`), then one [`LaunchConfig`] JSON message.
+//! 2. The launcher, still in the initial user namespace, joins the namespace
+//!    fds and writes the pod sysctls that belong to joined namespaces.
 //! 3. If `userns`: it unshares CLONE_NEWUSER and sends [`SyncMsg::UsernsReady`]
 //!    with its pid; the shim writes uid_map/gid_map and answers [`SyncMsg::MapsWritten`];
 //!    the launcher then becomes root inside (setresgid/setgroups/setresuid 0).
-//! 4. It unshares mount, pid and the `new_*` namespaces, forks the agent (PID 1
-//!    of the new pid namespace), sends [`SyncMsg::AgentPid`] and exits 0.
+//! 4. It unshares mount, pid (unless `host_pid`) and the `new_*` namespaces,
+//!    forks the agent, sends [`SyncMsg::AgentPid`] and exits 0.
 //! 5. Any failure is sent as [`SyncMsg::Error`] and the launcher exits 1.
 //!    After the agent is serving, it sends [`SyncMsg::Ready`] on fd 5 and closes it.
 
@@ -23,17 +24,9 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use nix::sys::socket::{recv, send, MsgFlags};
 use serde::{Deserialize, Serialize};
 
-pub const LISTEN_FD: i32 = 3;
+pub const CONN_FD: i32 = 3;
 pub const FDPASS_FD: i32 = 4;
 pub const SYNC_FD: i32 = 5;
-
-/// One rlimit, as in OCI `process.rlimits` ("RLIMIT_MEMLOCK", soft, hard).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Rlimit {
-    pub kind: String,
-    pub soft: u64,
-    pub hard: u64,
-}
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchConfig {
@@ -43,10 +36,12 @@ pub struct LaunchConfig {
     pub new_net: bool,
     pub new_ipc: bool,
     pub new_uts: bool,
-    pub new_cgroup: bool,
+    /// Stay in the host pid namespace (hostPID pods): the agent is then not
+    /// an init, only a subreaper of what it starts.
+    pub host_pid: bool,
     pub hostname: Option<String>,
-    /// Set by the launcher before any user namespace is entered.
-    pub rlimits: Vec<Rlimit>,
+    /// Pod-level sysctls (already validated), written in the pod's namespaces.
+    pub sysctls: Vec<(String, String)>,
     pub debug: bool,
 }
 

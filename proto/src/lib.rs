@@ -1,31 +1,73 @@
 //! The shim<->agent contract: generated ttrpc bindings for `protos/agent.proto`,
-//! the fd side channel, and the JSON options both sides agree on.
+//! the fd side channel, the launch handshake and the connection helpers.
 
+pub mod conn;
 pub mod fdpass;
 pub mod launch;
-pub mod options;
 
-/// Blocking bindings (used by nothing today, kept for tools and tests).
-pub mod sync {
+/// Bumped on every incompatible change to this crate's wire formats; the
+/// shim sends it in Ping and the agent refuses a different one.
+pub const PROTOCOL_VERSION: u32 = 2;
+
+/// Generated messages.
+pub mod agent {
     #![allow(warnings, clippy::all)]
-    pub mod agent {
-        include!(concat!(env!("OUT_DIR"), "/sync/agent.rs"));
-    }
-    pub mod agent_ttrpc {
-        include!(concat!(env!("OUT_DIR"), "/sync/agent_ttrpc.rs"));
-    }
+    include!(concat!(env!("OUT_DIR"), "/agent.rs"));
 }
 
-/// Async bindings: the shim's client and the agent's server.
-pub mod r#async {
+/// Generated async client and server.
+pub mod agent_ttrpc {
     #![allow(warnings, clippy::all)]
-    pub use crate::sync::agent;
-    pub mod agent_ttrpc {
-        pub use crate::sync::agent;
-        include!(concat!(env!("OUT_DIR"), "/async/agent_ttrpc.rs"));
-    }
+    pub use crate::agent;
+    include!(concat!(env!("OUT_DIR"), "/agent_ttrpc.rs"));
 }
 
-pub use r#async::agent_ttrpc::{create_agent, Agent, AgentClient};
-pub use sync::agent::*;
+pub use agent::*;
+pub use agent_ttrpc::{create_agent, Agent, AgentClient};
 pub use ttrpc;
+
+/// The namespace kinds a [`NamespacePlan`] covers, in the agent's join order.
+pub const PLANNED_NAMESPACES: [&str; 5] = ["pid", "net", "ipc", "uts", "cgroup"];
+
+impl NamespacePlan {
+    /// The source of namespace `kind` ("pid", "net", "ipc", "uts", "cgroup").
+    pub fn source(&self, kind: &str) -> NsSource {
+        let field = match kind {
+            "pid" => &self.pid,
+            "net" => &self.net,
+            "ipc" => &self.ipc,
+            "uts" => &self.uts,
+            "cgroup" => &self.cgroup,
+            _ => return NsSource::NS_NEW,
+        };
+        field.enum_value_or_default()
+    }
+
+    pub fn set(&mut self, kind: &str, source: NsSource) {
+        let field = match kind {
+            "pid" => &mut self.pid,
+            "net" => &mut self.net,
+            "ipc" => &mut self.ipc,
+            "uts" => &mut self.uts,
+            "cgroup" => &mut self.cgroup,
+            _ => return,
+        };
+        *field = source.into();
+    }
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+
+    #[test]
+    fn plan_accessors() {
+        let mut p = NamespacePlan::default();
+        assert_eq!(p.source("pid"), NsSource::NS_NEW);
+        p.set("net", NsSource::NS_FD);
+        p.set("pid", NsSource::NS_SANDBOX);
+        assert_eq!(p.source("net"), NsSource::NS_FD);
+        assert_eq!(p.source("pid"), NsSource::NS_SANDBOX);
+        assert_eq!(p.source("ipc"), NsSource::NS_NEW);
+    }
+}

@@ -40,6 +40,8 @@ pub enum ShimError {
     Config(#[from] crate::config::ConfigError),
     #[error(transparent)]
     Userns(#[from] crate::userns::UsernsError),
+    #[error(transparent)]
+    Hook(#[from] crate::hooks::HookError),
     #[error("{0}")]
     Internal(String),
 }
@@ -55,7 +57,7 @@ impl ShimError {
                 Code::INVALID_ARGUMENT
             }
             ShimError::Config(_) => Code::INVALID_ARGUMENT,
-            ShimError::Gate(_) => Code::FAILED_PRECONDITION,
+            ShimError::Gate(_) | ShimError::Hook(_) => Code::FAILED_PRECONDITION,
             ShimError::Userns(e) if e.is_bad_input() => Code::INVALID_ARGUMENT,
             ShimError::Userns(e) if e.is_exhausted() => Code::RESOURCE_EXHAUSTED,
             ShimError::Userns(_) => Code::FAILED_PRECONDITION,

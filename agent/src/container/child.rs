@@ -1,13 +1,17 @@
 //! What runs in a process the agent forks: a container init or an exec.
 //! Set-up errors are reported on the sync channel, so they reach `ctr`.
+//!
+//! The child is a copy of the agent until it execs, so it is made
+//! non-dumpable first: nothing in the container may ptrace it or open its
+//! /proc files while it still holds the agent's privileges.
 
 use std::os::fd::{AsFd, OwnedFd};
 
 use oci_spec::runtime::{LinuxSeccomp, Process, Spec};
-use rund_proto::options::{ContainerOptions, NsSource};
+use rund_proto::{ContainerOptions, NsSource};
 
 use super::fds::PassedFds;
-use super::sync::{close_others, raw, report, wait_start, ChildMsg};
+use super::sync::{close_others, raw, report, wait_go, ChildMsg};
 use super::{ns, rootfs, stdio};
 use crate::process::exec::{self, Prepared};
 use crate::process::user;
@@ -19,6 +23,8 @@ pub struct InitArgs {
     pub fds: PassedFds,
     pub sync: OwnedFd,
     pub terminal: bool,
+    /// rund-init as a sealed memfd, when the container runs it as PID 1.
+    pub init_bin: Option<OwnedFd>,
 }
 
 pub struct ExecArgs {
@@ -38,20 +44,23 @@ fn fail(sync: &OwnedFd, message: String) -> ! {
     unsafe { libc::_exit(1) }
 }
 
-fn start_or_exit(sync: OwnedFd) {
-    report(sync.as_fd(), &ChildMsg::Ready);
-    if !wait_start(sync.as_fd()) {
+/// Reports `msg` and blocks until the agent says go; exits if it went away.
+fn report_and_wait(sync: &OwnedFd, msg: ChildMsg) {
+    report(sync.as_fd(), &msg);
+    if !wait_go(sync.as_fd()) {
         // The agent dropped the process before starting it.
         // SAFETY: as in fail().
         unsafe { libc::_exit(1) }
     }
 }
 
-fn state_json(id: &str, spec: Option<&Spec>, status: &str) -> String {
+/// The OCI state a startContainer hook reads: the pid as the container sees
+/// it (runc does the same), status "created".
+fn start_state(id: &str, spec: Option<&Spec>) -> String {
     serde_json::json!({
         "ociVersion": spec.map(|s| s.version().clone()).unwrap_or_else(|| "1.0.2".into()),
         "id": id,
-        "status": status,
+        "status": "created",
         "pid": std::process::id(),
         "bundle": "",
         "annotations": spec.and_then(|s| s.annotations().clone()).unwrap_or_default(),
@@ -59,55 +68,67 @@ fn state_json(id: &str, spec: Option<&Spec>, status: &str) -> String {
     .to_string()
 }
 
+fn nondumpable() {
+    // SAFETY: prctl(PR_SET_DUMPABLE, 0) only sets a flag on this process.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+}
+
 /// The container init, right after clone3.
 pub fn init_main(mut a: InitArgs) -> ! {
+    nondumpable();
     crate::sys::raw::reset_signals();
     let mut keep = a.fds.raw();
     keep.push(raw(&a.sync));
+    keep.extend(a.init_bin.as_ref().map(raw));
     close_others(&keep);
     let prepared = match init_setup(&mut a) {
         Ok(p) => p,
         Err(e) => fail(&a.sync, format!("container {}: {e}", a.id)),
     };
-    start_or_exit(a.sync);
+    report_and_wait(&a.sync, ChildMsg::Ready);
     drop(a.fds);
-    if a.opts.use_init {
-        crate::init::run(a.terminal, move || exec::exec(prepared).to_string())
-    }
-    let e = exec::exec(prepared);
-    die(&e.to_string())
+    let state = start_state(&a.id, Some(&a.spec));
+    let e = exec::launch(prepared, &state);
+    die(&format!("container {}: {e}", a.id))
 }
 
 fn init_setup(a: &mut InitArgs) -> Result<Prepared, String> {
-    let plan = &a.opts.namespaces;
-    if plan.pid == NsSource::Fd {
+    let plan = a.opts.namespaces.clone().unwrap_or_default();
+    if plan.source("pid") == NsSource::NS_FD {
         let fd = a.fds.namespaces.get("pid").ok_or("the namespace plan joins a pid namespace but no FdKind::Namespace(\"pid\") fd was passed")?;
         ns::join("pid", fd)?;
         ns::fork_into_pid_ns(&a.sync)?;
     }
-    for (name, src) in [
-        ("net", plan.net),
-        ("ipc", plan.ipc),
-        ("uts", plan.uts),
-        ("cgroup", plan.cgroup),
-    ] {
-        if src == NsSource::Fd {
+    for name in ["net", "ipc", "uts", "cgroup"] {
+        if plan.source(name) == NsSource::NS_FD {
             let fd = a.fds.namespaces.get(name).ok_or_else(|| format!("the namespace plan joins a {name} namespace but no FdKind::Namespace({name:?}) fd was passed"))?;
             ns::join(name, fd)?;
         }
     }
     if let Some(h) = a.spec.hostname() {
-        if plan.uts == NsSource::New {
+        if plan.source("uts") == NsSource::NS_NEW {
             nix::unistd::sethostname(h).map_err(|e| format!("sethostname {h:?}: {e}"))?;
         }
     }
+    let shared: Vec<&str> = rund_proto::PLANNED_NAMESPACES
+        .into_iter()
+        .filter(|k| plan.source(k) == NsSource::NS_SANDBOX)
+        .collect();
+    super::sync::report_namespaces(a.sync.as_fd(), &shared)?;
     stdio::setup(&mut a.fds)?;
     let process = a.spec.process().clone().ok_or("the spec has no process")?;
     if let Some(v) = process.oom_score_adj() {
         user::oom_score_adj(v)?;
     }
-    let state = state_json(&a.id, Some(&a.spec), "creating");
-    rootfs::build(&a.spec, &a.opts, &a.fds, &state).map_err(|e| e.to_string())?;
+    let sync = &a.sync;
+    let pause = a.opts.pause_before_pivot;
+    let mut before_pivot = || {
+        if pause {
+            report_and_wait(sync, ChildMsg::Paused);
+        }
+        Ok(())
+    };
+    rootfs::build(&a.spec, &a.opts, &a.fds, &mut before_pivot).map_err(|e| e.to_string())?;
     rootfs::sysctl(&a.spec).map_err(|e| e.to_string())?;
     let start_hooks = a
         .spec
@@ -116,17 +137,15 @@ fn init_setup(a: &mut InitArgs) -> Result<Prepared, String> {
         .and_then(|h| h.start_container().clone())
         .unwrap_or_default();
     let seccomp = a.spec.linux().as_ref().and_then(|l| l.seccomp().as_ref());
-    exec::prepare(
-        &process,
-        seccomp,
-        start_hooks,
-        state_json(&a.id, Some(&a.spec), "created"),
-    )
-    .map_err(|e| e.to_string())
+    let mut p = exec::prepare(&process, seccomp, start_hooks).map_err(|e| e.to_string())?;
+    p.init = a.init_bin.take().map(|fd| (fd, a.terminal));
+    exec::finalize(&mut p).map_err(|e| e.to_string())?;
+    Ok(p)
 }
 
 /// An exec process, right after fork.
 pub fn exec_main(mut a: ExecArgs) -> ! {
+    nondumpable();
     crate::sys::raw::reset_signals();
     let mut keep = a.fds.raw();
     keep.push(raw(&a.sync));
@@ -139,10 +158,11 @@ pub fn exec_main(mut a: ExecArgs) -> ! {
             format!("exec {} in container {}: {e}", a.exec_id, a.id),
         ),
     };
-    start_or_exit(a.sync);
+    report_and_wait(&a.sync, ChildMsg::Ready);
     drop(a.fds);
-    let e = exec::exec(prepared);
-    die(&e.to_string())
+    let state = start_state(&a.id, None);
+    let e = exec::launch(prepared, &state);
+    die(&format!("exec {} in container {}: {e}", a.exec_id, a.id))
 }
 
 fn exec_setup(a: &mut ExecArgs) -> Result<Prepared, String> {
@@ -166,8 +186,11 @@ fn exec_setup(a: &mut ExecArgs) -> Result<Prepared, String> {
     if let Some(v) = a.process.oom_score_adj() {
         user::oom_score_adj(v)?;
     }
-    let state = state_json(&a.id, None, "running");
-    exec::prepare(&a.process, a.seccomp.as_ref(), Vec::new(), state).map_err(|e| e.to_string())
+    // startContainer hooks are a container-level step: execs run none.
+    let mut p = exec::prepare(&a.process, a.seccomp.as_ref(), Vec::new())
+        .map_err(|e| e.to_string())?;
+    exec::finalize(&mut p).map_err(|e| e.to_string())?;
+    Ok(p)
 }
 
 fn die(msg: &str) -> ! {

@@ -15,7 +15,8 @@ pub struct PassedFds {
     pub mounts: HashMap<usize, OwnedFd>,
     pub namespaces: HashMap<String, OwnedFd>,
     pub devices: HashMap<String, OwnedFd>,
-    pub hooks: HashMap<String, OwnedFd>,
+    /// The rund-init binary (the agent turns it into a sealed memfd).
+    pub init: Option<OwnedFd>,
     /// The parent's, for clone3: taken out before the fork.
     pub cgroup: Option<OwnedFd>,
 }
@@ -39,10 +40,8 @@ impl PassedFds {
                 FdKind::Device(path) => {
                     p.devices.insert(path, fd);
                 }
-                FdKind::Hook(h) => {
-                    p.hooks.insert(h, fd);
-                }
                 FdKind::Cgroup => p.cgroup = Some(fd),
+                FdKind::Init => p.init = Some(fd),
             }
         }
         p
@@ -64,7 +63,6 @@ impl PassedFds {
         v.extend(self.mounts.values().map(|f| f.as_raw_fd()));
         v.extend(self.namespaces.values().map(|f| f.as_raw_fd()));
         v.extend(self.devices.values().map(|f| f.as_raw_fd()));
-        v.extend(self.hooks.values().map(|f| f.as_raw_fd()));
         v
     }
 }

@@ -1,23 +1,15 @@
-//! OCI hooks run from inside the container set-up: createContainer hooks by
-//! the fd the shim passed (their path is in the runtime namespace), and
-//! startContainer hooks by path inside the container.
+//! startContainer hooks: run inside the container, by their path there,
+//! after Start and before the workload's execve. The other hooks run in the
+//! runtime namespace, from the shim.
 
 use std::ffi::CString;
 use std::io::Write;
-use std::os::fd::BorrowedFd;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use nix::fcntl::{fcntl, FcntlArg, FdFlag};
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{dup2_stdin, fork, pipe, ForkResult};
 use oci_spec::runtime::Hook;
-
-pub enum Exe<'a> {
-    Fd(BorrowedFd<'a>),
-    Path(&'a Path),
-}
 
 fn cstrs(v: &[String]) -> Vec<CString> {
     v.iter()
@@ -26,7 +18,7 @@ fn cstrs(v: &[String]) -> Vec<CString> {
 }
 
 /// Runs one hook with the state JSON on stdin, honouring its timeout.
-pub fn run(exe: Exe<'_>, hook: &Hook, state: &str) -> Result<(), String> {
+pub fn run(hook: &Hook, state: &str) -> Result<(), String> {
     let mut args = hook.args().clone().unwrap_or_default();
     if args.is_empty() {
         args.push(hook.path().display().to_string());
@@ -39,19 +31,10 @@ pub fn run(exe: Exe<'_>, hook: &Hook, state: &str) -> Result<(), String> {
         ForkResult::Child => {
             drop(w);
             let _ = dup2_stdin(&r);
-            let errno = match exe {
-                Exe::Fd(fd) => {
-                    // A script's interpreter opens /proc/self/fd/N: keep the fd across exec.
-                    let _ = fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty()));
-                    crate::sys::raw::fexecve(fd, &argv, &envp)
-                }
-                Exe::Path(p) => {
-                    let path = CString::new(p.as_os_str().as_encoded_bytes()).unwrap_or_default();
-                    match nix::unistd::execve(&path, &argv, &envp) {
-                        Err(e) => e,
-                        Ok(never) => match never {},
-                    }
-                }
+            let path = CString::new(hook.path().as_os_str().as_encoded_bytes()).unwrap_or_default();
+            let errno = match nix::unistd::execve(&path, &argv, &envp) {
+                Err(e) => e,
+                Ok(never) => match never {},
             };
             let _ = writeln!(
                 std::io::stderr(),
@@ -90,24 +73,4 @@ pub fn run(exe: Exe<'_>, hook: &Hook, state: &str) -> Result<(), String> {
             }
         }
     }
-}
-
-/// Runs the createContainer hooks from their fds ("createContainer:<i>").
-pub fn run_create_hooks(
-    hooks: &[Hook],
-    fds: &std::collections::HashMap<String, std::os::fd::OwnedFd>,
-    state: &str,
-) -> Result<(), String> {
-    use std::os::fd::AsFd;
-    for (i, h) in hooks.iter().enumerate() {
-        let key = format!("createContainer:{i}");
-        let fd = fds.get(&key).ok_or_else(|| {
-            format!(
-                "createContainer hook {i} ({}): the shim passed no fd (FdKind::Hook({key:?}))",
-                h.path().display()
-            )
-        })?;
-        run(Exe::Fd(fd.as_fd()), h, state).map_err(|e| format!("createContainer hook {i}: {e}"))?;
-    }
-    Ok(())
 }

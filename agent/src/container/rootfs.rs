@@ -7,12 +7,12 @@ use std::path::Path;
 
 use nix::mount::MsFlags;
 use oci_spec::runtime::Spec;
-use rund_proto::options::ContainerOptions;
+use rund_proto::ContainerOptions;
 
 use super::fds::PassedFds;
 use super::mounts::{self, MountCtx};
 use super::paths::secure_join;
-use super::{devices, hooks};
+use super::devices;
 use crate::sys::raw::{self, MOUNT_ATTR_RDONLY};
 use crate::sys::{Linux, Syscall};
 
@@ -43,12 +43,13 @@ fn sys(op: impl Into<String>) -> impl FnOnce(nix::errno::Errno) -> RootfsError {
 }
 
 /// Everything up to and including pivot_root. On return the process' root
-/// is the container rootfs and its cwd is `/`.
+/// is the container rootfs and its cwd is `/`. `before_pivot` runs once the
+/// mounts are done (the shim's runtime-namespace hooks pause there).
 pub fn build(
     spec: &Spec,
     opts: &ContainerOptions,
     fds: &PassedFds,
-    state_json: &str,
+    before_pivot: &mut dyn FnMut() -> Result<(), String>,
 ) -> Result<(), RootfsError> {
     let linux = Linux;
     nix::mount::mount(
@@ -82,13 +83,7 @@ pub fn build(
         );
         devices::populate(&linux, root, &nodes, &fds.devices, opts.userns)?;
     }
-    if let Some(h) = spec
-        .hooks()
-        .as_ref()
-        .and_then(|h| h.create_container().as_ref())
-    {
-        hooks::run_create_hooks(h, &fds.hooks, state_json).map_err(RootfsError::Hook)?;
-    }
+    before_pivot().map_err(RootfsError::Hook)?;
     for p in linux_spec
         .and_then(|l| l.masked_paths().as_ref())
         .into_iter()

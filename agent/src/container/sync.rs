@@ -14,6 +14,14 @@ pub enum ChildMsg {
     Pid {
         pid: i32,
     },
+    /// The container's namespaces (fds attached, in this order), for execs
+    /// to join: sent by the process itself, which may open its own
+    /// /proc/self/ns while it is not dumpable.
+    Namespaces {
+        names: Vec<String>,
+    },
+    /// Mounts done, stopped before pivot_root until resumed.
+    Paused,
     Ready,
     Error {
         message: String,
@@ -22,11 +30,36 @@ pub enum ChildMsg {
 
 /// Child side: report.
 pub fn report(sock: BorrowedFd<'_>, msg: &ChildMsg) {
-    let _ = rund_proto::launch::send_json(sock, msg);
+    let _ = rund_proto::fdpass::send_msg(sock, msg, &[]);
 }
 
-/// Child side: block until the agent sends the start byte (false if it went away).
-pub fn wait_start(sock: BorrowedFd<'_>) -> bool {
+/// Namespaces execs join, in join order (pid before mnt: setns(mnt) changes
+/// the root, and the pid ns is entered by the next fork anyway).
+pub const EXEC_NS: [&str; 6] = ["net", "ipc", "uts", "cgroup", "pid", "mnt"];
+
+/// Child side: sends its own namespaces, except those it shares with the
+/// agent (joining those is a no-op, and setns of one's own cgroup
+/// namespace can even be refused).
+pub fn report_namespaces(
+    sock: BorrowedFd<'_>,
+    shared_with_agent: &[&str],
+) -> Result<(), String> {
+    let mut names = Vec::new();
+    let mut fds = Vec::new();
+    for name in EXEC_NS.iter().filter(|n| !shared_with_agent.contains(n)) {
+        let path = format!("/proc/self/ns/{name}");
+        let f = std::fs::File::open(&path).map_err(|e| format!("open {path}: {e}"))?;
+        names.push(name.to_string());
+        fds.push(std::os::fd::OwnedFd::from(f));
+    }
+    let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+    rund_proto::fdpass::send_msg(sock, &ChildMsg::Namespaces { names }, &borrowed)
+        .map_err(|e| format!("send namespaces: {e}"))
+}
+
+/// Child side: block until the agent sends a go byte (start, or resume
+/// after a pause); false if it went away.
+pub fn wait_go(sock: BorrowedFd<'_>) -> bool {
     let mut b = [0u8; 8];
     loop {
         match nix::sys::socket::recv(
@@ -44,18 +77,21 @@ pub fn wait_start(sock: BorrowedFd<'_>) -> bool {
 /// Closes every fd >= 3 except `keep` (a forked child must not hold the
 /// agent's sockets or another container's set-up channel).
 pub fn close_others(keep: &[RawFd]) {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-        return;
-    };
-    let fds: Vec<RawFd> = dir
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    for fd in fds {
-        if fd >= 3 && !keep.contains(&fd) {
-            // SAFETY: nothing in this freshly forked child uses fds outside `keep`.
-            unsafe { libc::close(fd) };
+    let mut keep: Vec<RawFd> = keep.iter().copied().filter(|fd| *fd >= 3).collect();
+    keep.sort_unstable();
+    keep.dedup();
+    // close_range over the gaps between the fds to keep: no /proc needed.
+    let mut next: u32 = 3;
+    for fd in keep.iter().map(|f| *f as u32) {
+        if fd > next {
+            // SAFETY: closes only fds outside `keep`, which nothing in this
+            // freshly forked child uses.
+            unsafe { libc::close_range(next, fd - 1, 0) };
         }
+        next = fd + 1;
     }
+    // SAFETY: as above, for everything above the last fd kept.
+    unsafe { libc::close_range(next, u32::MAX, 0) };
 }
 
 pub fn raw<F: AsFd>(f: &F) -> RawFd {

@@ -1,7 +1,7 @@
 //! `rund-agent launch`: the handshake of `rund_proto::launch`, run by the
-//! process the shim starts. It sets rlimits (still in the initial user
-//! namespace), joins namespaces, optionally enters a new user namespace,
-//! unshares the sandbox namespaces and forks the agent as their PID 1.
+//! process the shim starts. It joins namespaces (still in the initial user
+//! namespace), optionally enters a new user namespace, unshares the sandbox
+//! namespaces and forks the agent as their PID 1.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -12,14 +12,11 @@ use rund_proto::fdpass::{self, FdKind};
 use rund_proto::launch::{self, LaunchConfig, SyncMsg};
 
 use crate::container::ns::flag;
-use crate::process::rlimit;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
     #[error("{0}")]
     Proto(String),
-    #[error(transparent)]
-    Rlimit(#[from] rlimit::RlimitError),
     #[error("{op}: {errno}")]
     Sys {
         op: String,
@@ -55,12 +52,12 @@ pub fn run() -> ! {
 fn launch(sync: BorrowedFd<'_>) -> Result<(), LaunchError> {
     // Only fds 0-5 are ours: a stray inherited copy of a handshake socket
     // would keep the shim from seeing it closed.
-    crate::container::sync::close_others(&[launch::LISTEN_FD, launch::FDPASS_FD, launch::SYNC_FD]);
+    crate::container::sync::close_others(&[launch::CONN_FD, launch::FDPASS_FD, launch::SYNC_FD]);
     let (hdr, fds) = fdpass::recv(sync).map_err(|e| LaunchError::Proto(e.to_string()))?;
-    if hdr.exec_id != "launch" {
+    if hdr.seq != 0 {
         return Err(LaunchError::Bad(format!(
-            "expected the \"launch\" fd message, got exec_id {:?}",
-            hdr.exec_id
+            "expected the launch fd batch (seq 0), got batch {}",
+            hdr.seq
         )));
     }
     let cfg: LaunchConfig =
@@ -74,9 +71,6 @@ fn launch(sync: BorrowedFd<'_>) -> Result<(), LaunchError> {
             }
             other => return Err(LaunchError::Bad(format!("unexpected fd {other:?} at launch (only user, net, ipc, uts and cgroup namespaces can be joined)"))),
         }
-    }
-    for r in &cfg.rlimits {
-        rlimit::set(&r.kind, r.soft, r.hard)?;
     }
     for n in JOINABLE {
         if let Some(fd) = ns.get(n) {
@@ -115,12 +109,12 @@ fn launch(sync: BorrowedFd<'_>) -> Result<(), LaunchError> {
         // SAFETY: prctl(PR_SET_DUMPABLE, 1) only sets a flag on this process.
         unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) };
     }
-    let mut flags = CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID;
+    let mut flags = CloneFlags::CLONE_NEWNS;
     for (on, f) in [
+        (!cfg.host_pid, CloneFlags::CLONE_NEWPID),
         (cfg.new_net, CloneFlags::CLONE_NEWNET),
         (cfg.new_ipc, CloneFlags::CLONE_NEWIPC),
         (cfg.new_uts, CloneFlags::CLONE_NEWUTS),
-        (cfg.new_cgroup, CloneFlags::CLONE_NEWCGROUP),
     ] {
         if on {
             flags |= f;

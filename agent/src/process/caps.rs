@@ -14,10 +14,12 @@ pub enum CapsError {
     },
 }
 
-/// The sets to apply; `None` = not given in the spec (bounding: keep).
+/// The sets to apply. As runc does, an absent `process.capabilities`, or an
+/// absent set in it, means an empty set: a spec that drops ALL (containerd
+/// then leaves the sets out) gets no capability at all.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CapPlan {
-    pub bounding: Option<CapsHashSet>,
+    pub bounding: CapsHashSet,
     pub effective: CapsHashSet,
     pub permitted: CapsHashSet,
     pub inheritable: CapsHashSet,
@@ -44,11 +46,7 @@ pub fn plan(c: Option<&LinuxCapabilities>) -> Result<CapPlan, CapsError> {
         return Ok(CapPlan::default());
     };
     Ok(CapPlan {
-        bounding: c
-            .bounding()
-            .as_ref()
-            .map(|_| convert(c.bounding()))
-            .transpose()?,
+        bounding: convert(c.bounding())?,
         effective: convert(c.effective())?,
         permitted: convert(c.permitted())?,
         inheritable: convert(c.inheritable())?,
@@ -59,9 +57,7 @@ pub fn plan(c: Option<&LinuxCapabilities>) -> Result<CapPlan, CapsError> {
 /// Drops from the bounding set what the plan does not keep. Runs while still
 /// root (needs CAP_SETPCAP), before the uid change.
 pub fn drop_bounding(p: &CapPlan) -> Result<(), CapsError> {
-    let Some(keep) = &p.bounding else {
-        return Ok(());
-    };
+    let keep = &p.bounding;
     let known = caps::runtime::procfs_all_supported(None).unwrap_or_else(|_| caps::all());
     for cap in known.difference(keep) {
         caps::drop(None, CapSet::Bounding, *cap).map_err(|source| CapsError::Set {
@@ -114,7 +110,7 @@ mod tests {
         .unwrap();
         let p = plan(Some(&c)).unwrap();
         assert_eq!(
-            p.bounding.unwrap(),
+            p.bounding,
             [Capability::CAP_CHOWN, Capability::CAP_NET_BIND_SERVICE].into()
         );
         assert_eq!(p.effective, [Capability::CAP_CHOWN].into());
@@ -123,8 +119,11 @@ mod tests {
     }
 
     #[test]
-    fn no_capabilities_means_keep_bounding_clear_rest() {
-        let p = plan(None).unwrap();
-        assert!(p.bounding.is_none() && p.effective.is_empty());
+    fn absent_capabilities_or_sets_mean_empty() {
+        assert_eq!(plan(None).unwrap(), CapPlan::default());
+        let c: LinuxCapabilities = serde_json::from_str(r#"{"effective":["CAP_KILL"]}"#).unwrap();
+        let p = plan(Some(&c)).unwrap();
+        assert!(p.bounding.is_empty() && p.permitted.is_empty());
+        assert_eq!(p.effective, [Capability::CAP_KILL].into());
     }
 }

@@ -1,7 +1,13 @@
-//! Preparing a workload (checks that must fail CreateProcess, not Start) and
-//! the final sequence of attribute changes before execve.
+//! A workload from set-up to execve, in runc's order:
+//! - [`prepare`]: checks that must fail Create, not Start (cwd, binary,
+//!   capability names, the seccomp filter);
+//! - [`finalize`]: privileges dropped before the process reports ready, so
+//!   a created container that waits for Start is already unprivileged;
+//! - [`launch`]: after Start, the late seccomp filter (with no_new_privs),
+//!   startContainer hooks, and execve of the workload or of rund-init.
 
 use std::ffi::CString;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -34,8 +40,10 @@ pub enum ExecError {
     Seccomp(#[from] seccomp::SeccompError),
     #[error(transparent)]
     User(#[from] user::UserError),
-    #[error("{0}")]
-    Hook(String),
+    #[error("startContainer hook {index}: {reason}")]
+    Hook { index: usize, reason: String },
+    #[error("{op}: {errno}")]
+    Sys { op: &'static str, errno: Errno },
     #[error("execve {path:?}: {errno}")]
     Exec { path: String, errno: Errno },
 }
@@ -45,16 +53,20 @@ pub struct Prepared {
     pub path: CString,
     pub args: Vec<CString>,
     pub env: Vec<CString>,
-    pub uid: u32,
-    pub gid: u32,
-    pub groups: Vec<u32>,
-    pub umask: Option<u32>,
-    pub rlimits: Vec<(String, u64, u64)>,
-    pub no_new_privs: bool,
-    pub caps: Option<CapPlan>,
-    pub seccomp: Option<ScmpFilterContext>,
-    pub start_hooks: Vec<Hook>,
-    pub state_json: String,
+    cwd: PathBuf,
+    /// The first chdir was refused: retry as the container user.
+    chdir_after_user: bool,
+    uid: u32,
+    gid: u32,
+    groups: Vec<u32>,
+    umask: Option<u32>,
+    rlimits: Vec<(String, u64, u64)>,
+    no_new_privs: bool,
+    caps: CapPlan,
+    seccomp: Option<ScmpFilterContext>,
+    start_hooks: Vec<Hook>,
+    /// rund-init (a sealed memfd) to exec as PID 1, and whether it owns a tty.
+    pub init: Option<(OwnedFd, bool)>,
 }
 
 fn cstrings(v: &[String]) -> Result<Vec<CString>, ExecError> {
@@ -100,28 +112,30 @@ fn check_executable(p: &Path) -> Result<(), ExecError> {
     Ok(())
 }
 
-/// Checks and translates `process` inside the container (after pivot_root):
-/// cwd, binary, capabilities and the seccomp filter.
+/// Checks and translates `process` inside the container (after pivot_root).
 pub fn prepare(
     p: &Process,
     seccomp_spec: Option<&oci_spec::runtime::LinuxSeccomp>,
     start_hooks: Vec<Hook>,
-    state_json: String,
 ) -> Result<Prepared, ExecError> {
     let args = p.args().clone().unwrap_or_default();
     let name = args.first().ok_or(ExecError::NoArgs)?;
     let env = p.env().clone().unwrap_or_default();
-    let cwd = p.cwd();
-    nix::unistd::chdir(cwd.as_path()).map_err(|errno| ExecError::Cwd {
-        path: cwd.display().to_string(),
-        errno,
-    })?;
+    let cwd = p.cwd().to_path_buf();
+    // As root first; a volume owned by the container user may refuse root
+    // (root_squash, or no search permission for others): retry after setuid.
+    let chdir_after_user = match nix::unistd::chdir(cwd.as_path()) {
+        Ok(()) => false,
+        Err(Errno::EACCES | Errno::EPERM) => true,
+        Err(errno) => {
+            return Err(ExecError::Cwd {
+                path: cwd.display().to_string(),
+                errno,
+            })
+        }
+    };
     let path = resolve(name, &env)?;
-    let caps = p
-        .capabilities()
-        .as_ref()
-        .map(|c| caps::plan(Some(c)))
-        .transpose()?;
+    let caps = caps::plan(p.capabilities().as_ref())?;
     let seccomp = match seccomp_spec {
         Some(s) => {
             let (ctx, skipped) = seccomp::build(&seccomp::plan(s)?)?;
@@ -137,6 +151,8 @@ pub fn prepare(
         path: CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| ExecError::Nul)?,
         args: cstrings(&args)?,
         env: cstrings(&env)?,
+        cwd,
+        chdir_after_user,
         uid: u.uid(),
         gid: u.gid(),
         groups: u.additional_gids().clone().unwrap_or_default(),
@@ -151,7 +167,7 @@ pub fn prepare(
         caps,
         seccomp,
         start_hooks,
-        state_json,
+        init: None,
     })
 }
 
@@ -162,55 +178,83 @@ fn rlimit_name(r: &oci_spec::runtime::PosixRlimit) -> String {
         .unwrap_or_default()
 }
 
-/// Applies every attribute and execs. Returns only on failure.
-pub fn exec(p: Prepared) -> ExecError {
-    match apply(&p) {
-        Err(e) => e,
-        Ok(()) => ExecError::Exec {
-            path: p.path.to_string_lossy().into_owned(),
-            errno: execve(&p),
-        },
-    }
-}
-
-fn apply(p: &Prepared) -> Result<(), ExecError> {
+/// Drops to the workload's privileges. Without no_new_privs the kernel
+/// accepts a seccomp filter only from a process that holds CAP_SYS_ADMIN,
+/// so the filter goes in first; with it, as late as possible ([`launch`]).
+pub fn finalize(p: &mut Prepared) -> Result<(), ExecError> {
     for (name, soft, hard) in &p.rlimits {
         rlimit::set(name, *soft, *hard)?;
     }
-    if let Some(c) = &p.caps {
-        caps::drop_bounding(c)?;
+    // Nothing this process holds may reach the workload (CVE-2024-21626):
+    // every fd above stdio closes at execve.
+    cloexec_from(3)?;
+    if !p.no_new_privs {
+        if let Some(f) = p.seccomp.take() {
+            seccomp::load(&f)?;
+        }
     }
+    caps::drop_bounding(&p.caps)?;
     user::switch(p.uid, p.gid, &p.groups)?;
+    if p.chdir_after_user {
+        nix::unistd::chdir(p.cwd.as_path()).map_err(|errno| ExecError::Cwd {
+            path: p.cwd.display().to_string(),
+            errno,
+        })?;
+    }
     if let Some(m) = p.umask {
         nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(m));
     }
-    if let Some(c) = &p.caps {
-        caps::apply_sets(c)?;
-    }
+    caps::apply_sets(&p.caps)?;
     if p.no_new_privs {
         user::no_new_privs()?;
-    }
-    crate::sys::raw::close_from(3)
-        .map_err(|errno| ExecError::Hook(format!("close_range: {errno}")))?;
-    if let Some(f) = &p.seccomp {
-        seccomp::load(f)?;
-    }
-    for (i, h) in p.start_hooks.iter().enumerate() {
-        crate::container::hooks::run(
-            crate::container::hooks::Exe::Path(h.path()),
-            h,
-            &p.state_json,
-        )
-        .map_err(|e| ExecError::Hook(format!("startContainer hook {i}: {e}")))?;
     }
     Ok(())
 }
 
-fn execve(p: &Prepared) -> Errno {
-    match nix::unistd::execve(&p.path, &p.args, &p.env) {
+/// After Start: late seccomp, startContainer hooks, execve. Returns only on
+/// failure.
+pub fn launch(mut p: Prepared, state_json: &str) -> ExecError {
+    if let Some(f) = p.seccomp.take() {
+        if let Err(e) = seccomp::load(&f) {
+            return e.into();
+        }
+    }
+    for (index, h) in p.start_hooks.iter().enumerate() {
+        if let Err(reason) = crate::container::hooks::run(h, state_json) {
+            return ExecError::Hook { index, reason };
+        }
+    }
+    let errno = match &p.init {
+        None => execve(&p.path, &p.args, &p.env),
+        Some((fd, tty)) => {
+            let mut argv = vec![c"rund-init".to_owned()];
+            if *tty {
+                argv.push(c"--tty".to_owned());
+            }
+            argv.push(c"--".to_owned());
+            argv.push(p.path.clone());
+            argv.extend(p.args.iter().cloned());
+            crate::sys::raw::fexecve(std::os::fd::AsFd::as_fd(fd), &argv, &p.env)
+        }
+    };
+    ExecError::Exec {
+        path: p.path.to_string_lossy().into_owned(),
+        errno,
+    }
+}
+
+fn execve(path: &CString, args: &[CString], env: &[CString]) -> Errno {
+    match nix::unistd::execve(path, args, env) {
         Err(e) => e,
         Ok(never) => match never {},
     }
+}
+
+fn cloexec_from(first: u32) -> Result<(), ExecError> {
+    crate::sys::raw::cloexec_from(first).map_err(|errno| ExecError::Sys {
+        op: "close_range(CLOSE_RANGE_CLOEXEC)",
+        errno,
+    })
 }
 
 #[cfg(test)]

@@ -6,7 +6,6 @@ pub mod status;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use tokio::sync::watch;
 
@@ -72,23 +71,25 @@ impl Reaper {
         }
     }
 
-    /// Reaps every zombie now.
+    /// Reaps every zombie now. Raw waitpid: nix cannot decode a death by a
+    /// real-time signal, and an undecoded zombie would stop the loop.
     pub fn reap_all(&self) {
         loop {
-            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) | Err(_) => return,
-                Ok(ws) => {
-                    if let (Some(pid), Some(status)) = (ws.pid(), status::encode(&ws)) {
-                        crate::debug!("reaped pid {pid}: status {status}");
-                        self.record(
-                            pid,
-                            Exit {
-                                status,
-                                at_ns: now_ns(),
-                            },
-                        );
-                    }
-                }
+            let mut raw = 0;
+            // SAFETY: waitpid only writes the status into our variable.
+            let pid = unsafe { libc::waitpid(-1, &mut raw, libc::WNOHANG) };
+            if pid <= 0 {
+                return;
+            }
+            if let Some(status) = status::encode(raw) {
+                crate::debug!("reaped pid {pid}: status {status}");
+                self.record(
+                    Pid::from_raw(pid),
+                    Exit {
+                        status,
+                        at_ns: now_ns(),
+                    },
+                );
             }
         }
     }

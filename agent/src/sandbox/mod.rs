@@ -1,7 +1,7 @@
 //! The agent's own start: a tiny tmpfs root (fresh /proc, a few device
 //! binds, the dir container rootfs trees are attached to), pivot_root into
 //! it so no host mount stays reachable, then the single-threaded runtime
-//! serving ttrpc.
+//! serving ttrpc on the one connection the shim handed over.
 
 pub mod root;
 
@@ -54,24 +54,35 @@ fn run(cfg: &LaunchConfig, sync: &OwnedFd) -> Result<(), AgentError> {
 
 async fn serve(cfg: &LaunchConfig, sync: &OwnedFd) -> Result<(), AgentError> {
     let rt = |e: &dyn std::fmt::Display| AgentError::Runtime(e.to_string());
+    if cfg.host_pid {
+        // Not an init: orphans of the containers must still come to us.
+        // SAFETY: prctl(PR_SET_CHILD_SUBREAPER) only sets a flag on this process.
+        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    }
     let reaper = Reaper::default();
     let sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
         .map_err(|e| rt(&e))?;
     tokio::spawn(reaper.clone().run(sigchld));
+    let shim_gone = Arc::new(tokio::sync::Notify::new());
+    let gone = shim_gone.clone();
     // SAFETY: fd 4 is the fd side channel, inherited from the shim; nothing else owns it.
-    let fdpass =
-        FdChannel::new(unsafe { OwnedFd::from_raw_fd(launch::FDPASS_FD) }).map_err(|e| rt(&e))?;
+    let fdpass = unsafe { OwnedFd::from_raw_fd(launch::FDPASS_FD) };
+    let fdpass = FdChannel::spawn(fdpass, move || gone.notify_one()).map_err(|e| rt(&e))?;
     let destroyed = Arc::new(tokio::sync::Notify::new());
-    let service = AgentService {
+    let service = Arc::new(AgentService {
         reaper,
         fdpass,
         state: Default::default(),
         destroyed: destroyed.clone(),
-    };
-    // SAFETY: fd 3 is the listening unix socket the shim created for us.
-    let server = unsafe { ttrpc::r#async::Server::new().add_unix_listener(launch::LISTEN_FD) }
-        .map_err(|e| rt(&e))?;
-    let mut server = server.register_service(rund_proto::create_agent(Arc::new(service)));
+        init_bin: Default::default(),
+        host_pid: cfg.host_pid,
+    });
+    // SAFETY: fd 3 is our end of the shim's socketpair; nothing else owns it.
+    let conn = unsafe { OwnedFd::from_raw_fd(launch::CONN_FD) };
+    let listener = rund_proto::conn::single_listener(conn).map_err(|e| rt(&e))?;
+    let mut server = ttrpc::r#async::Server::new()
+        .add_listener(listener)
+        .register_service(rund_proto::create_agent(service.clone()));
     server.start().await.map_err(|e| rt(&e))?;
     crate::info!(
         "sandbox {} serving (pid {})",
@@ -85,8 +96,16 @@ async fn serve(cfg: &LaunchConfig, sync: &OwnedFd) -> Result<(), AgentError> {
     // SAFETY: dup2 only swaps what fd 5 refers to.
     let r = unsafe { libc::dup2(null.as_raw_fd(), sync.as_raw_fd()) };
     nix::errno::Errno::result(r).map_err(|e| rt(&e))?;
-    destroyed.notified().await;
-    let _ = server.shutdown().await;
-    crate::info!("sandbox {} destroyed", cfg.sandbox_id);
+    tokio::select! {
+        _ = destroyed.notified() => {
+            let _ = server.shutdown().await;
+            crate::info!("sandbox {} destroyed", cfg.sandbox_id);
+        }
+        _ = shim_gone.notified() => {
+            // Nobody may drive this sandbox any more: end it.
+            crate::warn!("sandbox {}: the shim is gone; killing every container", cfg.sandbox_id);
+            crate::server::destroy_now(&service).await;
+        }
+    }
     Ok(())
 }

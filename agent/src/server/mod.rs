@@ -1,15 +1,16 @@
 //! The ttrpc Agent service.
 
 pub mod channel;
+mod create;
+mod destroy;
+pub mod initbin;
+pub mod signal;
 pub mod spawn;
 pub mod state;
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use async_trait::async_trait;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use rund_proto::*;
 use ttrpc::r#async::TtrpcContext;
 
@@ -23,13 +24,22 @@ pub struct AgentService {
     pub state: Mutex<State>,
     /// Notified once DestroySandbox has answered: the agent then exits.
     pub destroyed: Arc<tokio::sync::Notify>,
+    pub init_bin: initbin::InitBinary,
+    /// The sandbox shares the host pid namespace: the agent is not an init,
+    /// so "every process" must never mean kill(-1).
+    pub host_pid: bool,
 }
 
-fn err(code: ttrpc::Code, msg: impl Into<String>) -> ttrpc::Error {
+/// Kills every container at once (the shim is gone).
+pub async fn destroy_now(svc: &AgentService) {
+    destroy::sandbox(svc, std::time::Duration::ZERO).await;
+}
+
+pub fn err(code: ttrpc::Code, msg: impl Into<String>) -> ttrpc::Error {
     ttrpc::Error::RpcStatus(ttrpc::get_status(code, msg.into()))
 }
 
-fn not_found(id: &str, exec_id: &str) -> ttrpc::Error {
+pub fn not_found(id: &str, exec_id: &str) -> ttrpc::Error {
     if exec_id.is_empty() {
         err(ttrpc::Code::NOT_FOUND, format!("container {id} not found"))
     } else {
@@ -41,80 +51,54 @@ fn not_found(id: &str, exec_id: &str) -> ttrpc::Error {
 }
 
 impl AgentService {
-    fn state(&self) -> MutexGuard<'_, State> {
+    pub fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 #[async_trait]
 impl Agent for AgentService {
-    async fn ping(&self, _ctx: &TtrpcContext, _: Empty) -> ttrpc::Result<PingResponse> {
+    async fn ping(&self, _ctx: &TtrpcContext, req: PingRequest) -> ttrpc::Result<PingResponse> {
+        if req.protocol_version != PROTOCOL_VERSION {
+            return Err(err(
+                ttrpc::Code::FAILED_PRECONDITION,
+                format!(
+                    "the shim speaks agent protocol v{} but this rund-agent speaks v{PROTOCOL_VERSION}: install matching rund binaries",
+                    req.protocol_version
+                ),
+            ));
+        }
         Ok(PingResponse {
             agent_pid: std::process::id(),
             version: env!("CARGO_PKG_VERSION").into(),
+            protocol_version: PROTOCOL_VERSION,
             ..Default::default()
         })
     }
 
-    async fn create_process(
+    async fn create_container(
         &self,
         _ctx: &TtrpcContext,
-        req: CreateProcessRequest,
-    ) -> ttrpc::Result<CreateProcessResponse> {
-        let (id, exec_id) = (req.container_id.as_str(), req.exec_id.as_str());
-        crate::debug!("CreateProcess {id}/{exec_id}");
-        let fds = self
-            .fdpass
-            .take(id, exec_id)
-            .await
-            .map_err(|e| err(ttrpc::Code::INTERNAL, e))?;
-        let pid = if exec_id.is_empty() {
-            if self.state().containers.contains_key(id) {
-                return Err(err(
-                    ttrpc::Code::ALREADY_EXISTS,
-                    format!("container {id} already exists"),
-                ));
-            }
-            let c = spawn::create_init(
-                &self.reaper,
-                id,
-                &req.spec_json,
-                &req.options_json,
-                req.terminal,
-                fds,
-            )
-            .await
-            .map_err(|e| err(e.code, e.message))?;
-            let pid = c.init.pid;
-            self.state().containers.insert(id.to_string(), c);
-            pid
-        } else {
-            // The container is taken out while the exec is set up (the table
-            // cannot be locked across an await) and put back afterwards.
-            let c = {
-                let mut st = self.state();
-                let c = st.containers.get(id).ok_or_else(|| not_found(id, ""))?;
-                if c.execs.contains_key(exec_id) {
-                    return Err(err(
-                        ttrpc::Code::ALREADY_EXISTS,
-                        format!("exec {exec_id} of container {id} already exists"),
-                    ));
-                }
-                st.containers.remove(id).ok_or_else(|| not_found(id, ""))?
-            };
-            let res = spawn::create_exec(&self.reaper, &c, id, exec_id, &req.spec_json, fds).await;
-            let mut st = self.state();
-            let c = st.containers.entry(id.to_string()).or_insert(c);
-            let p = res.map_err(|e| err(e.code, e.message))?;
-            let pid = p.pid;
-            c.execs.insert(exec_id.to_string(), p);
-            pid
-        };
-        crate::info!("created {id}/{exec_id}: pid {pid}");
-        Ok(CreateProcessResponse {
-            pid: pid.as_raw() as u32,
-            ..Default::default()
-        })
+        req: CreateContainerRequest,
+    ) -> ttrpc::Result<CreateContainerResponse> {
+        create::container(self, req).await
+    }
+
+    async fn resume_container(
+        &self,
+        _ctx: &TtrpcContext,
+        req: ResumeContainerRequest,
+    ) -> ttrpc::Result<Empty> {
+        create::resume(self, &req.container_id).await?;
+        Ok(Empty::default())
+    }
+
+    async fn exec_process(
+        &self,
+        _ctx: &TtrpcContext,
+        req: ExecProcessRequest,
+    ) -> ttrpc::Result<ExecProcessResponse> {
+        create::exec(self, req).await
     }
 
     async fn start_process(
@@ -124,9 +108,16 @@ impl Agent for AgentService {
     ) -> ttrpc::Result<Empty> {
         let sync = {
             let mut st = self.state();
+            let (id, exec_id) = (&req.container_id, &req.exec_id);
+            if st.containers.get(id).is_some_and(|c| c.paused) {
+                return Err(err(
+                    ttrpc::Code::FAILED_PRECONDITION,
+                    format!("container {id} is paused in set-up: resume it first"),
+                ));
+            }
             let p = st
-                .proc_mut(&req.container_id, &req.exec_id)
-                .ok_or_else(|| not_found(&req.container_id, &req.exec_id))?;
+                .proc_mut(id, exec_id)
+                .ok_or_else(|| not_found(id, exec_id))?;
             p.sync
                 .take()
                 .ok_or_else(|| err(ttrpc::Code::FAILED_PRECONDITION, "process already started"))?
@@ -146,28 +137,36 @@ impl Agent for AgentService {
         _ctx: &TtrpcContext,
         req: SignalProcessRequest,
     ) -> ttrpc::Result<Empty> {
-        let sig = Signal::try_from(req.signal as i32).map_err(|_| {
-            err(
+        let sig = req.signal as i32;
+        if !(1..=signal::SIGMAX).contains(&sig) {
+            return Err(err(
                 ttrpc::Code::INVALID_ARGUMENT,
                 format!("invalid signal {}", req.signal),
-            )
-        })?;
-        let st = self.state();
+            ));
+        }
+        let mut st = self.state();
         let p = st
-            .proc(&req.container_id, &req.exec_id)
+            .proc_mut(&req.container_id, &req.exec_id)
             .ok_or_else(|| not_found(&req.container_id, &req.exec_id))?;
         if p.exited() {
             return Err(err(ttrpc::Code::NOT_FOUND, "process already exited"));
         }
-        if req.all {
-            let c = &st.containers[&req.container_id];
-            for pid in container_pids(c) {
-                let _ = kill(Pid::from_raw(pid), sig);
+        let pid = p.pid.as_raw();
+        let plan = if p.ns_init {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            signal::plan(sig, &status)
+        } else {
+            signal::Plan::Send(sig)
+        };
+        let r = match plan {
+            signal::Plan::Send(s) => signal::send(pid, s),
+            signal::Plan::KillFor(s) => {
+                p.killed_for = Some(s);
+                signal::send(pid, libc::SIGKILL)
             }
-            return Ok(Empty::default());
-        }
-        kill(p.pid, sig)
-            .map_err(|e| err(ttrpc::Code::INTERNAL, format!("kill {} {sig}: {e}", p.pid)))?;
+            signal::Plan::Nothing => Ok(()),
+        };
+        r.map_err(|e| err(ttrpc::Code::INTERNAL, format!("kill {pid} {sig}: {e}")))?;
         Ok(Empty::default())
     }
 
@@ -176,10 +175,11 @@ impl Agent for AgentService {
         _ctx: &TtrpcContext,
         req: WaitProcessRequest,
     ) -> ttrpc::Result<WaitProcessResponse> {
+        let (id, exec_id) = (&req.container_id, &req.exec_id);
         let mut rx = {
             let st = self.state();
-            st.proc(&req.container_id, &req.exec_id)
-                .ok_or_else(|| not_found(&req.container_id, &req.exec_id))?
+            st.proc(id, exec_id)
+                .ok_or_else(|| not_found(id, exec_id))?
                 .exit
                 .clone()
         };
@@ -191,8 +191,14 @@ impl Agent for AgentService {
                 status: 255,
                 at_ns: 0,
             });
+        let killed_for = self.state().proc(id, exec_id).and_then(|p| p.killed_for);
+        let status = match killed_for {
+            // rund carried out this signal's default action with SIGKILL.
+            Some(s) if exit.status == 128 + libc::SIGKILL as u32 => 128 + s as u32,
+            _ => exit.status,
+        };
         Ok(WaitProcessResponse {
-            exit_status: exit.status,
+            exit_status: status,
             exited_at_ns: exit.at_ns,
             ..Default::default()
         })
@@ -266,38 +272,7 @@ impl Agent for AgentService {
         _ctx: &TtrpcContext,
         req: DestroySandboxRequest,
     ) -> ttrpc::Result<Empty> {
-        crate::info!("destroying the sandbox (grace {}s)", req.grace_seconds);
-        let waits = {
-            let st = self.state();
-            let mut waits = Vec::new();
-            for c in st.containers.values() {
-                for p in std::iter::once(&c.init).chain(c.execs.values()) {
-                    if !p.exited() {
-                        let _ = kill(p.pid, Signal::SIGTERM);
-                        waits.push(p.exit.clone());
-                    }
-                }
-            }
-            waits
-        };
-        let all = |mut waits: Vec<crate::reaper::ExitRx>| async move {
-            for w in waits.iter_mut() {
-                let _ = w.wait_for(|e| e.is_some()).await;
-            }
-        };
-        if tokio::time::timeout(
-            Duration::from_secs(req.grace_seconds.into()),
-            all(waits.clone()),
-        )
-        .await
-        .is_err()
-        {
-            crate::info!("grace period over: killing what is left");
-        }
-        // PID 1 of the sandbox: kill(-1) reaches every other process in it.
-        let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
-        let _ = tokio::time::timeout(Duration::from_secs(10), all(waits)).await;
-        self.reaper.reap_all();
+        destroy::sandbox(self, std::time::Duration::from_secs(req.grace_seconds.into())).await;
         self.destroyed.notify_one();
         Ok(Empty::default())
     }

@@ -1,5 +1,7 @@
-//! CreateProcess: forking a container init or an exec and waiting for its
-//! set-up report.
+//! Forking a container init or an exec and waiting for its set-up report.
+//! Every forked process is owned by a [`ChildGuard`] until it is committed
+//! to the tables: a request that fails or is cancelled (a ttrpc deadline
+//! drops the handler) kills what it forked.
 
 use std::os::fd::{AsFd, OwnedFd};
 
@@ -8,88 +10,120 @@ use nix::sys::signal::{kill, Signal};
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use nix::unistd::Pid;
 use oci_spec::runtime::{Process, Spec};
-use rund_proto::options::{ContainerOptions, NsSource};
+use rund_proto::{ContainerOptions, NsSource};
 use tokio::io::unix::AsyncFd;
 
-use super::channel::{await_ready, nonblocking, FdMsg};
+use super::channel::{await_settled, nonblocking, FdMsg, Reports, Settled};
 use super::state::{ns_inode, Container, Proc};
 use crate::container::child::{exec_main, init_main, ExecArgs, InitArgs};
 use crate::container::fds::PassedFds;
-use crate::reaper::Reaper;
+use crate::reaper::{ExitRx, Reaper};
 use crate::sys::raw::{clone3, clone3_into};
 
 /// A failure, with the ttrpc code to answer.
+#[derive(Debug)]
 pub struct SpawnError {
     pub code: ttrpc::Code,
     pub message: String,
 }
 
-fn invalid(message: String) -> SpawnError {
+pub fn invalid(message: String) -> SpawnError {
     SpawnError {
         code: ttrpc::Code::INVALID_ARGUMENT,
         message,
     }
 }
 
-fn internal(message: String) -> SpawnError {
+pub fn internal(message: String) -> SpawnError {
     SpawnError {
         code: ttrpc::Code::INTERNAL,
         message,
     }
 }
 
-/// Namespaces kept for execs, in join order (pid before mnt: setns(mnt)
-/// changes the root, and the pid ns is entered by the next fork anyway).
-const EXEC_NS: [&str; 6] = ["net", "ipc", "uts", "cgroup", "pid", "mnt"];
+/// A forked process not yet in the tables: killed if dropped armed.
+pub struct ChildGuard {
+    reaper: Reaper,
+    pub pid: Pid,
+    pub exit: ExitRx,
+    armed: bool,
+}
 
-fn sync_pair() -> Result<(AsyncFd<OwnedFd>, OwnedFd), SpawnError> {
-    let (a, b) = socketpair(
+impl ChildGuard {
+    fn new(reaper: &Reaper, pid: Pid) -> Self {
+        ChildGuard {
+            reaper: reaper.clone(),
+            exit: reaper.watch(pid),
+            pid,
+            armed: true,
+        }
+    }
+
+    /// The forked process was an intermediate: follow its child instead.
+    async fn follow(&mut self, real: Pid) {
+        let _ = self.exit.wait_for(|e| e.is_some()).await;
+        self.reaper.forget(self.pid);
+        self.pid = real;
+        self.exit = self.reaper.watch(real);
+    }
+
+    /// Kills and reaps now (the error path), instead of on drop.
+    async fn kill_and_wait(mut self) {
+        if self.exit.borrow().is_none() {
+            let _ = kill(self.pid, Signal::SIGKILL);
+        }
+        let _ = self.exit.wait_for(|e| e.is_some()).await;
+        self.reaper.forget(self.pid);
+        self.armed = false;
+    }
+
+    pub fn commit(mut self, sync: Option<OwnedFd>) -> Proc {
+        self.armed = false;
+        Proc::new(self.pid, self.exit.clone(), sync)
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            crate::debug!("killing set-up process {} (request dropped)", self.pid);
+            let _ = kill(self.pid, Signal::SIGKILL);
+            // The reaper records its exit as unclaimed.
+            self.reaper.forget(self.pid);
+        }
+    }
+}
+
+fn sync_pair() -> Result<(OwnedFd, OwnedFd), SpawnError> {
+    socketpair(
         AddressFamily::Unix,
         SockType::SeqPacket,
         None,
         SockFlag::SOCK_CLOEXEC,
     )
-    .map_err(|e| internal(format!("socketpair: {e}")))?;
-    nonblocking(&a).map_err(|e| internal(format!("nonblocking: {e}")))?;
-    Ok((
-        super::channel::register(a)
-            .map_err(|e| internal(format!("register set-up channel: {e}")))?,
-        b,
-    ))
+    .map_err(|e| internal(format!("socketpair: {e}")))
+}
+
+fn register(fd: OwnedFd) -> Result<AsyncFd<OwnedFd>, SpawnError> {
+    nonblocking(&fd).map_err(|e| internal(format!("nonblocking: {e}")))?;
+    super::channel::register(fd).map_err(|e| internal(format!("register set-up channel: {e}")))
 }
 
 /// Waits for the child's report. On failure the child is killed and reaped.
-async fn settle(
-    reaper: &Reaper,
-    pid: Pid,
-    sync: AsyncFd<OwnedFd>,
+pub async fn settle(
+    mut child: ChildGuard,
+    sync: OwnedFd,
     expect_pid: bool,
-) -> Result<Proc, SpawnError> {
-    let mut exit = reaper.watch(pid);
-    let res = await_ready(&sync, expect_pid).await;
-    let mut real = pid;
-    if let Ok(Some(p)) = res {
-        // The forked process was an intermediate: watch the grandchild instead.
-        real = Pid::from_raw(p);
-        let _ = exit.wait_for(|e| e.is_some()).await;
-        reaper.forget(pid);
-        exit = reaper.watch(real);
+) -> Result<(ChildGuard, Settled, Reports, OwnedFd), SpawnError> {
+    let sync = register(sync)?;
+    let res = await_settled(&sync, expect_pid).await;
+    if let Ok((_, Reports { pid: Some(p), .. })) = &res {
+        child.follow(Pid::from_raw(*p)).await;
     }
     match res {
-        Ok(_) => Ok(Proc {
-            pid: real,
-            exit,
-            sync: Some(sync.into_inner()),
-        }),
+        Ok((settled, reports)) => Ok((child, settled, reports, sync.into_inner())),
         Err(message) => {
-            if exit.borrow().is_none() {
-                let _ = kill(real, Signal::SIGKILL);
-            }
-            let _ = exit.wait_for(|e| e.is_some()).await;
-            reaper.forget(real);
-            if real != pid {
-                reaper.forget(pid);
-            }
+            child.kill_and_wait().await;
             Err(SpawnError {
                 code: ttrpc::Code::FAILED_PRECONDITION,
                 message,
@@ -118,46 +152,51 @@ fn fork_init(
     }
 }
 
-pub async fn create_init(
+/// A container init forked and set up to its first stop (ready, or paused
+/// before pivot_root).
+pub struct Forked {
+    pub child: ChildGuard,
+    pub settled: Settled,
+    pub reports: Reports,
+    pub sync: OwnedFd,
+    pub spec: Spec,
+}
+
+pub async fn fork_container(
     reaper: &Reaper,
     id: &str,
     spec_json: &[u8],
-    options_json: &[u8],
+    opts: ContainerOptions,
     terminal: bool,
     fds: FdMsg,
-) -> Result<Container, SpawnError> {
+    init_bin: Option<OwnedFd>,
+) -> Result<Forked, SpawnError> {
     let spec: Spec = serde_json::from_slice(spec_json)
         .map_err(|e| invalid(format!("container {id}: bad OCI spec: {e}")))?;
-    let opts: ContainerOptions = if options_json.is_empty() {
-        ContainerOptions::default()
-    } else {
-        serde_json::from_slice(options_json)
-            .map_err(|e| invalid(format!("container {id}: bad options: {e}")))?
-    };
-    let plan = opts.namespaces.clone();
+    let plan = opts.namespaces.clone().unwrap_or_default();
     let mut flags = CloneFlags::CLONE_NEWNS;
-    for (src, f) in [
-        (plan.pid, CloneFlags::CLONE_NEWPID),
-        (plan.net, CloneFlags::CLONE_NEWNET),
-        (plan.ipc, CloneFlags::CLONE_NEWIPC),
-        (plan.uts, CloneFlags::CLONE_NEWUTS),
-        (plan.cgroup, CloneFlags::CLONE_NEWCGROUP),
+    for (kind, f) in [
+        ("pid", CloneFlags::CLONE_NEWPID),
+        ("net", CloneFlags::CLONE_NEWNET),
+        ("ipc", CloneFlags::CLONE_NEWIPC),
+        ("uts", CloneFlags::CLONE_NEWUTS),
+        ("cgroup", CloneFlags::CLONE_NEWCGROUP),
     ] {
-        if src == NsSource::New {
+        if plan.source(kind) == NsSource::NS_NEW {
             flags |= f;
         }
     }
-    let seccomp = spec.linux().as_ref().and_then(|l| l.seccomp().clone());
     let (sync, child_end) = sync_pair()?;
     let mut passed = PassedFds::new(fds.0, fds.1);
     let cgroup = passed.cgroup.take();
     let args = InitArgs {
         id: id.to_string(),
-        spec,
+        spec: spec.clone(),
         opts,
         fds: passed,
         sync: child_end,
         terminal,
+        init_bin,
     };
     let pid = match fork_init(flags, cgroup.as_ref().map(|f| f.as_fd())) {
         Err(e) => return Err(internal(format!("container {id}: clone3: {e}"))),
@@ -167,7 +206,9 @@ pub async fn create_init(
     drop(cgroup);
     drop(args);
     crate::debug!("container {id}: init forked as pid {pid}");
-    let init = settle(reaper, pid, sync, plan.pid == NsSource::Fd)
+    let child = ChildGuard::new(reaper, pid);
+    let (child, settled, reports, sync) =
+        settle(child, sync, plan.source("pid") == NsSource::NS_FD)
         .await
         .map_err(|mut e| {
             e.message = format!(
@@ -176,68 +217,65 @@ pub async fn create_init(
             );
             e
         })?;
-    let raw = init.pid.as_raw();
-    let mut ns = Vec::new();
-    for name in EXEC_NS {
-        if name == "pid" && plan.pid == NsSource::Sandbox {
-            continue;
-        }
-        let path = format!("/proc/{raw}/ns/{name}");
-        // Joining a namespace we are already in is a no-op, and setns of
-        // one's own cgroup namespace can even be refused: skip those.
-        if same_file(&path, &format!("/proc/self/ns/{name}")) {
-            continue;
-        }
-        match std::fs::File::open(&path) {
-            Ok(f) => ns.push((name.to_string(), OwnedFd::from(f))),
-            Err(e) => {
-                // An exec that cannot join the container must not run
-                // elsewhere: refuse the container now.
-                let _ = nix::sys::signal::kill(init.pid, nix::sys::signal::Signal::SIGKILL);
-                return Err(internal(format!(
-                    "container {id}: open {path}: {e} (execs could not join the container)"
-                )));
-            }
-        }
-    }
-    let pidns = (plan.pid != NsSource::Sandbox)
-        .then(|| ns_inode(raw, "pid"))
-        .flatten();
-    Ok(Container {
-        init,
-        execs: Default::default(),
-        ns,
-        pidns,
-        seccomp,
+    Ok(Forked {
+        child,
+        settled,
+        reports,
+        sync,
+        spec,
     })
 }
 
-pub async fn create_exec(
+/// The table entry of a container whose init stopped (ready or paused).
+pub fn container_entry(forked: Forked, opts: &ContainerOptions, paused: bool) -> Container {
+    let plan = opts.namespaces.clone().unwrap_or_default();
+    let raw = forked.child.pid.as_raw();
+    let pidns = (plan.source("pid") != NsSource::NS_SANDBOX)
+        .then(|| ns_inode(raw, "pid"))
+        .flatten();
+    let seccomp = forked
+        .spec
+        .linux()
+        .as_ref()
+        .and_then(|l| l.seccomp().clone());
+    let mut init = forked.child.commit(Some(forked.sync));
+    init.ns_init = plan.source("pid") == NsSource::NS_NEW && !opts.use_init;
+    Container {
+        init,
+        execs: Default::default(),
+        starting_execs: Default::default(),
+        ns: forked.reports.ns,
+        pidns,
+        seccomp,
+        paused,
+    }
+}
+
+/// What an exec needs from its container, copied out of the tables.
+pub struct ExecContext {
+    pub ns: Vec<(String, OwnedFd)>,
+    pub seccomp: Option<oci_spec::runtime::LinuxSeccomp>,
+    pub own_pidns: bool,
+}
+
+pub async fn fork_exec(
     reaper: &Reaper,
-    c: &Container,
+    ctx: ExecContext,
     id: &str,
     exec_id: &str,
-    spec_json: &[u8],
+    process_json: &[u8],
     fds: FdMsg,
-) -> Result<Proc, SpawnError> {
-    let process: Process = serde_json::from_slice(spec_json)
+) -> Result<(ChildGuard, OwnedFd), SpawnError> {
+    let process: Process = serde_json::from_slice(process_json)
         .map_err(|e| invalid(format!("exec {exec_id}: bad OCI process: {e}")))?;
-    let mut ns = Vec::new();
-    for (name, fd) in &c.ns {
-        ns.push((
-            name.clone(),
-            fd.try_clone()
-                .map_err(|e| internal(format!("dup ns fd: {e}")))?,
-        ));
-    }
     let (sync, child_end) = sync_pair()?;
     let args = ExecArgs {
         id: id.to_string(),
         exec_id: exec_id.to_string(),
         process,
-        seccomp: c.seccomp.clone(),
+        seccomp: ctx.seccomp,
         fds: PassedFds::new(fds.0, fds.1),
-        ns,
+        ns: ctx.ns,
         sync: child_end,
     };
     let pid = match clone3(CloneFlags::empty()) {
@@ -246,15 +284,9 @@ pub async fn create_exec(
         Ok(Some(pid)) => pid,
     };
     drop(args);
-    settle(reaper, pid, sync, c.pidns.is_some()).await
-}
-
-fn same_file(a: &str, b: &str) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
-        _ => false,
-    }
+    let child = ChildGuard::new(reaper, pid);
+    let (child, _, _, sync) = settle(child, sync, ctx.own_pidns).await?;
+    Ok((child, sync))
 }
 
 #[cfg(test)]

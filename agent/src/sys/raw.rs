@@ -110,10 +110,11 @@ pub fn clone3_into(
     }
 }
 
-/// Closes every fd >= `first` (used right before execve).
-pub fn close_from(first: u32) -> Result<(), Errno> {
-    // SAFETY: close_range only closes fds; nothing in this process uses them after this point.
-    let r = unsafe { libc::close_range(first, u32::MAX, 0) };
+/// Marks every fd >= `first` close-on-exec (Linux 5.11).
+pub fn cloexec_from(first: u32) -> Result<(), Errno> {
+    const CLOSE_RANGE_CLOEXEC: i32 = 1 << 2;
+    // SAFETY: close_range with CLOEXEC only sets a flag on fds; none is closed.
+    let r = unsafe { libc::close_range(first, u32::MAX, CLOSE_RANGE_CLOEXEC) };
     Errno::result(r).map(drop)
 }
 

@@ -122,6 +122,25 @@ impl ContainerCgroup {
         blocking(&self.path, move || m.pids()).await
     }
 
+    /// Sends `sig` (any number, real-time ones too) to every process in the
+    /// cgroup, frozen meanwhile so none forks past it.
+    pub async fn signal_all(&self, sig: i32) -> Result<(), CgroupError> {
+        let m = self.mgr.clone();
+        blocking(&self.path, move || {
+            let frozen = m.freeze().is_ok();
+            let pids = m.pids();
+            for p in pids.iter().flatten() {
+                // SAFETY: kill only sends a signal.
+                unsafe { libc::kill(*p, sig) };
+            }
+            if frozen {
+                m.thaw()?;
+            }
+            pids.map(drop)
+        })
+        .await
+    }
+
     pub async fn freeze(&self) -> Result<(), CgroupError> {
         let m = self.mgr.clone();
         blocking(&self.path, move || m.freeze()).await

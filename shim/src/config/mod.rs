@@ -26,6 +26,8 @@ pub struct RundConfig {
     pub grace_period_seconds: u32,
     /// Path of rund-agent; default: next to the shim binary, then $PATH.
     pub agent_path: Option<PathBuf>,
+    /// Path of rund-init (static); default: next to the shim binary, then $PATH.
+    pub init_path: Option<PathBuf>,
     /// Where rund keeps node-wide state (leases, pools, check cache).
     pub state_dir: PathBuf,
     /// `[cgroup]`: the node-wide cgroup pool.
@@ -57,7 +59,9 @@ pub struct TraceConfig {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct InitConfig {
-    /// Run the init unless `rund.io/init: "false"`.
+    /// Run rund-init as every container's PID 1 (unless `rund.io/init:
+    /// "false"`). Off by default: the workload is PID 1, as with runc, and
+    /// rund carries out the default action of a signal PID 1 does not handle.
     pub enabled: bool,
     /// Workloads that are inits themselves (basename of args[0]): no second init.
     pub skip_for: Vec<String>,
@@ -66,7 +70,7 @@ pub struct InitConfig {
 impl Default for InitConfig {
     fn default() -> Self {
         InitConfig {
-            enabled: true,
+            enabled: false,
             skip_for: [
                 "tini",
                 "dumb-init",
@@ -130,6 +134,7 @@ impl Default for RundConfig {
         RundConfig {
             grace_period_seconds: 30,
             agent_path: None,
+            init_path: None,
             state_dir: PathBuf::from("/run/rund"),
             cgroup: Default::default(),
             devices: Default::default(),
@@ -172,17 +177,35 @@ impl RundConfig {
 
     /// The agent binary to start.
     pub fn agent_binary(&self) -> PathBuf {
-        if let Some(p) = &self.agent_path {
-            return p.clone();
-        }
-        if let Ok(exe) = std::env::current_exe() {
-            let sibling = exe.with_file_name("rund-agent");
-            if sibling.exists() {
-                return sibling;
-            }
-        }
-        PathBuf::from("rund-agent")
+        binary(self.agent_path.as_deref(), "rund-agent")
     }
+
+    /// The rund-init binary containers that want an init run.
+    pub fn init_binary(&self) -> PathBuf {
+        binary(self.init_path.as_deref(), "rund-init")
+    }
+}
+
+/// `configured`, else `name` next to the running binary, else `name` on $PATH.
+fn binary(configured: Option<&Path>, name: &str) -> PathBuf {
+    if let Some(p) = configured {
+        return p.to_path_buf();
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        let sibling = exe.with_file_name(name);
+        if sibling.exists() {
+            return sibling;
+        }
+    }
+    which(name).unwrap_or_else(|| PathBuf::from(name))
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    })
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ pub mod pty;
 pub mod stdin;
 
 use std::fs::{File, OpenOptions};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
@@ -28,38 +28,40 @@ pub enum IoError {
     Pty(String),
 }
 
-/// The stdio paths containerd gave us.
+/// A process's stdio as containerd gave it: FIFO paths and the terminal flag.
 #[derive(Debug, Clone, Default)]
-pub struct StdioPaths {
+pub struct Stdio {
     pub stdin: String,
     pub stdout: String,
     pub stderr: String,
     pub terminal: bool,
 }
 
+impl Stdio {
+    pub fn of(stdin: &str, stdout: &str, stderr: &str, terminal: bool) -> Stdio {
+        Stdio {
+            stdin: stdin.into(),
+            stdout: stdout.into(),
+            stderr: stderr.into(),
+            terminal,
+        }
+    }
+}
+
 /// Host-side stdio of one process: the fds to pass and what the shim keeps.
-pub struct Stdio {
+pub struct OpenedStdio {
     /// (kind, fd) pairs to send to the agent; dropped once sent.
     pub pass: Vec<(FdKind, OwnedFd)>,
     pub stdin: Option<stdin::StdinFeeder>,
     pub pty: Option<pty::Pty>,
 }
 
-impl Stdio {
-    pub fn fds(&self) -> (Vec<FdKind>, Vec<BorrowedFd<'_>>) {
-        self.pass
-            .iter()
-            .map(|(k, f)| (k.clone(), f.as_fd()))
-            .unzip()
-    }
-}
-
 /// Opens the process's stdio. Nothing stays open on error.
-pub fn open(paths: &StdioPaths) -> Result<Stdio, IoError> {
+pub fn open(paths: &Stdio) -> Result<OpenedStdio, IoError> {
     if paths.terminal {
         let pty = pty::Pty::open(paths)?;
         let slave = pty.take_slave()?;
-        return Ok(Stdio {
+        return Ok(OpenedStdio {
             pass: vec![(FdKind::Console, slave)],
             stdin: None,
             pty: Some(pty),
@@ -80,7 +82,7 @@ pub fn open(paths: &StdioPaths) -> Result<Stdio, IoError> {
         pass.push((FdKind::Stdin, read_end));
         stdin = Some(feeder);
     }
-    Ok(Stdio {
+    Ok(OpenedStdio {
         pass,
         stdin,
         pty: None,

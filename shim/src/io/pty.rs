@@ -9,7 +9,7 @@ use nix::pty::{openpty, Winsize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 
-use super::{IoError, StdioPaths};
+use super::{IoError, Stdio};
 
 pub struct Pty {
     master: Arc<OwnedFd>,
@@ -21,7 +21,7 @@ pub struct Pty {
 }
 
 impl Pty {
-    pub fn open(paths: &StdioPaths) -> Result<Pty, IoError> {
+    pub fn open(paths: &Stdio) -> Result<Pty, IoError> {
         let pair = openpty(None, None).map_err(|e| IoError::Pty(format!("openpty: {e}")))?;
         set_cloexec(&pair.master)?;
         set_cloexec(&pair.slave)?;

@@ -2,7 +2,7 @@
 //! of a mount that can be attached in another mount namespace with
 //! `move_mount`, so the agent never needs to see host paths.
 
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::Path;
 
 use super::RootfsError;
@@ -34,6 +34,64 @@ pub fn open_tree_clone(path: &Path, recursive: bool) -> Result<OwnedFd, RootfsEr
     }
     // SAFETY: the kernel returned a fresh fd that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// `struct mount_attr` (include/uapi/linux/mount.h, MOUNT_ATTR_SIZE_VER0).
+#[repr(C)]
+pub struct MountAttr {
+    pub attr_set: u64,
+    pub attr_clr: u64,
+    pub propagation: u64,
+    pub userns_fd: u64,
+}
+
+pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
+
+/// `mount_setattr(tree, "", AT_EMPTY_PATH [| AT_RECURSIVE], attr)` on a
+/// detached tree.
+pub fn mount_setattr(
+    tree: BorrowedFd<'_>,
+    recursive: bool,
+    attr: &MountAttr,
+) -> std::io::Result<()> {
+    let mut flags = libc::AT_EMPTY_PATH as libc::c_uint;
+    if recursive {
+        flags |= AT_RECURSIVE;
+    }
+    // SAFETY: mount_setattr reads a NUL-terminated path ("") and `size` bytes
+    // of `attr`, both valid for the call; it touches no other memory.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            flags,
+            attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// A read-only detached copy of one file's mount, to exec from: the
+/// running binary cannot be opened for writing through /proc/<pid>/exe.
+pub fn readonly_file(path: &Path) -> Result<OwnedFd, RootfsError> {
+    let tree = open_tree_clone(path, false)?;
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    mount_setattr(tree.as_fd(), false, &attr).map_err(|source| RootfsError::OpenTree {
+        path: path.display().to_string(),
+        source,
+    })?;
+    Ok(tree)
 }
 
 #[cfg(test)]

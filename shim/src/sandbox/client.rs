@@ -1,14 +1,13 @@
-//! The shim's handle on a running agent: ttrpc client, fd side channel,
-//! and the agent's host pid.
+//! The shim's handle on a running agent: ttrpc client on the socketpair,
+//! fd side channel, and the agent's host pid.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use rund_proto::fdpass::{self, FdHeader};
-use rund_proto::options::ContainerOptions;
+use rund_proto::fdpass::{self, FdHeader, FdKind};
 use rund_proto::ttrpc::context;
-use rund_proto::AgentClient;
-use tokio::sync::Mutex;
+use rund_proto::{AgentClient, ContainerOptions, PROTOCOL_VERSION};
 
 use super::spawn::Spawned;
 use super::SandboxError;
@@ -16,12 +15,17 @@ use super::SandboxError;
 pub struct Agent {
     pub pid: i32,
     client: AgentClient,
-    /// Held across "send fds + CreateProcess" so messages and RPCs pair up.
-    fdpass: Mutex<OwnedFd>,
+    /// The side channel and the last batch number: a batch is numbered and
+    /// sent under this lock, so batches arrive in number order.
+    fdpass: Mutex<(OwnedFd, u64)>,
 }
 
 fn ctx() -> context::Context {
     context::with_timeout(Duration::from_secs(60).as_nanos() as i64)
+}
+
+fn rpc(rpc: &'static str) -> impl FnOnce(rund_proto::ttrpc::Error) -> SandboxError {
+    move |status| SandboxError::Rpc { rpc, status }
 }
 
 /// Exit of a process as the agent reported it.
@@ -31,49 +35,107 @@ pub struct Exit {
     pub at_ns: i64,
 }
 
+/// The fds of one request, in the order of their kinds.
+pub struct FdBatch<'a> {
+    pub kinds: Vec<FdKind>,
+    pub fds: Vec<BorrowedFd<'a>>,
+}
+
 impl Agent {
+    /// Connects over the inherited socketpair and checks the protocol version.
     pub async fn connect(spawned: Spawned) -> Result<Agent, SandboxError> {
-        let client = rund_proto::ttrpc::r#async::Client::connect(&spawned.address)
-            .await
-            .map_err(|e| SandboxError::Rpc {
-                rpc: "connect",
-                status: e,
-            })?;
-        Ok(Agent {
+        let client = rund_proto::conn::client(spawned.conn)
+            .map_err(|e| SandboxError::Spawn(format!("agent connection: {e}")))?;
+        let agent = Agent {
             pid: spawned.pid,
             client: AgentClient::new(client),
-            fdpass: Mutex::new(spawned.fdpass),
-        })
+            fdpass: Mutex::new((spawned.fdpass, 0)),
+        };
+        let req = rund_proto::PingRequest {
+            protocol_version: PROTOCOL_VERSION,
+            ..Default::default()
+        };
+        agent.client.ping(ctx(), &req).await.map_err(rpc("Ping"))?;
+        Ok(agent)
     }
 
-    /// Sends the fds for one process, then creates it. Returns the pid in
-    /// the agent's namespace.
-    pub async fn create_process(
+    /// Sends one fd batch; returns its number.
+    fn send_batch(&self, batch: &FdBatch<'_>) -> Result<u64, SandboxError> {
+        let mut guard = self.fdpass.lock().unwrap_or_else(|e| e.into_inner());
+        let seq = guard.1 + 1;
+        let header = FdHeader {
+            seq,
+            fds: batch.kinds.clone(),
+        };
+        fdpass::send(guard.0.as_fd(), &header, &batch.fds)?;
+        guard.1 = seq;
+        Ok(seq)
+    }
+
+    /// Sends the container's fds, then creates it. Returns the init's pid in
+    /// the agent's namespace, and whether set-up paused before pivot_root.
+    pub async fn create_container(
         &self,
-        header: FdHeader,
-        fds: &[BorrowedFd<'_>],
+        id: &str,
+        batch: FdBatch<'_>,
         spec_json: Vec<u8>,
-        options: &ContainerOptions,
+        options: ContainerOptions,
         terminal: bool,
-    ) -> Result<u32, SandboxError> {
-        let sock = self.fdpass.lock().await;
-        fdpass::send(sock.as_fd(), &header, fds)?;
-        let req = rund_proto::CreateProcessRequest {
-            container_id: header.container_id.clone(),
-            exec_id: header.exec_id.clone(),
-            spec_json,
-            options_json: serde_json::to_vec(options).expect("options serialize"),
+    ) -> Result<(u32, bool), SandboxError> {
+        let fd_seq = self.send_batch(&batch)?;
+        drop(batch);
+        let req = rund_proto::CreateContainerRequest {
+            container_id: id.into(),
+            fd_seq,
+            oci_spec: spec_json,
+            options: Some(options).into(),
             terminal,
             ..Default::default()
         };
         let resp = self
             .client
-            .create_process(ctx(), &req)
+            .create_container(ctx(), &req)
             .await
-            .map_err(|status| SandboxError::Rpc {
-                rpc: "CreateProcess",
-                status,
-            })?;
+            .map_err(rpc("CreateContainer"))?;
+        Ok((resp.pid, resp.paused))
+    }
+
+    pub async fn resume_container(&self, id: &str) -> Result<(), SandboxError> {
+        let req = rund_proto::ResumeContainerRequest {
+            container_id: id.into(),
+            ..Default::default()
+        };
+        self.client
+            .resume_container(ctx(), &req)
+            .await
+            .map(drop)
+            .map_err(rpc("ResumeContainer"))
+    }
+
+    /// Sends the exec's fds, then creates it; returns its agent-namespace pid.
+    pub async fn exec_process(
+        &self,
+        id: &str,
+        exec_id: &str,
+        batch: FdBatch<'_>,
+        process_json: Vec<u8>,
+        terminal: bool,
+    ) -> Result<u32, SandboxError> {
+        let fd_seq = self.send_batch(&batch)?;
+        drop(batch);
+        let req = rund_proto::ExecProcessRequest {
+            container_id: id.into(),
+            exec_id: exec_id.into(),
+            fd_seq,
+            oci_process: process_json,
+            terminal,
+            ..Default::default()
+        };
+        let resp = self
+            .client
+            .exec_process(ctx(), &req)
+            .await
+            .map_err(rpc("ExecProcess"))?;
         Ok(resp.pid)
     }
 
@@ -86,35 +148,22 @@ impl Agent {
         self.client
             .start_process(ctx(), &req)
             .await
-            .map(|_| ())
-            .map_err(|status| SandboxError::Rpc {
-                rpc: "StartProcess",
-                status,
-            })
+            .map(drop)
+            .map_err(rpc("StartProcess"))
     }
 
-    pub async fn signal(
-        &self,
-        id: &str,
-        exec_id: &str,
-        signal: u32,
-        all: bool,
-    ) -> Result<(), SandboxError> {
+    pub async fn signal(&self, id: &str, exec_id: &str, signal: u32) -> Result<(), SandboxError> {
         let req = rund_proto::SignalProcessRequest {
             container_id: id.into(),
             exec_id: exec_id.into(),
             signal,
-            all,
             ..Default::default()
         };
         self.client
             .signal_process(ctx(), &req)
             .await
-            .map(|_| ())
-            .map_err(|status| SandboxError::Rpc {
-                rpc: "SignalProcess",
-                status,
-            })
+            .map(drop)
+            .map_err(rpc("SignalProcess"))
     }
 
     /// Long-polls until the process exits (no deadline).
@@ -128,10 +177,7 @@ impl Agent {
             .client
             .wait_process(context::Context::default(), &req)
             .await
-            .map_err(|status| SandboxError::Rpc {
-                rpc: "WaitProcess",
-                status,
-            })?;
+            .map_err(rpc("WaitProcess"))?;
         Ok(Exit {
             status: resp.exit_status,
             at_ns: resp.exited_at_ns,
@@ -143,14 +189,11 @@ impl Agent {
             container_id: id.into(),
             ..Default::default()
         };
-        let resp =
-            self.client
-                .list_pids(ctx(), &req)
-                .await
-                .map_err(|status| SandboxError::Rpc {
-                    rpc: "ListPids",
-                    status,
-                })?;
+        let resp = self
+            .client
+            .list_pids(ctx(), &req)
+            .await
+            .map_err(rpc("ListPids"))?;
         Ok(resp
             .processes
             .into_iter()
@@ -167,11 +210,8 @@ impl Agent {
         self.client
             .delete_process(ctx(), &req)
             .await
-            .map(|_| ())
-            .map_err(|status| SandboxError::Rpc {
-                rpc: "DeleteProcess",
-                status,
-            })
+            .map(drop)
+            .map_err(rpc("DeleteProcess"))
     }
 
     /// TERM everything, wait `grace`, KILL the rest; the agent then exits.
@@ -184,10 +224,7 @@ impl Agent {
         self.client
             .destroy_sandbox(deadline, &req)
             .await
-            .map(|_| ())
-            .map_err(|status| SandboxError::Rpc {
-                rpc: "DestroySandbox",
-                status,
-            })
+            .map(drop)
+            .map_err(rpc("DestroySandbox"))
     }
 }

@@ -32,6 +32,8 @@ pub struct Sandbox {
     /// The sandbox made its own network namespace (so, under a user
     /// namespace, containers can mount sysfs).
     pub owns_net: bool,
+    /// hostPID: the agent runs in the host pid namespace.
+    pub host_pid: bool,
     ns_ids: HashMap<String, (u64, u64)>,
     exit: watch::Sender<Option<(u32, i64)>>,
 }
@@ -45,6 +47,7 @@ impl Sandbox {
         let id = plan.config.sandbox_id.clone();
         let userns = plan.config.userns;
         let owns_net = plan.config.new_net;
+        let host_pid = plan.config.host_pid;
         let spawned = spawn::spawn(plan).await?;
         let pid = spawned.pid;
         let agent = match Agent::connect(spawned).await {
@@ -73,6 +76,7 @@ impl Sandbox {
             userns,
             userns_info,
             owns_net,
+            host_pid,
             ns_ids,
             exit: watch::channel(None).0,
         });
@@ -126,10 +130,17 @@ impl Sandbox {
         if self.exited().is_some() {
             return;
         }
-        if let Err(e) = self.agent.destroy(grace).await {
-            tracing::warn!(sandbox = %self.id, "DestroySandbox: {e}; killing the agent");
-        }
+        let destroyed = self.agent.destroy(grace).await;
         let waited = tokio::time::timeout(Duration::from_secs(5), self.wait_exit()).await;
+        match (&destroyed, waited.is_ok()) {
+            (Ok(()), _) => {}
+            // The agent exits right after answering: a closed connection is
+            // the expected end, once it has really exited.
+            (Err(e), true) => tracing::debug!(sandbox = %self.id, "DestroySandbox: {e}"),
+            (Err(e), false) => {
+                tracing::warn!(sandbox = %self.id, "DestroySandbox: {e}; killing the agent")
+            }
+        }
         if waited.is_err() {
             let _ = nix::sys::signal::kill(
                 Pid::from_raw(self.pid()),

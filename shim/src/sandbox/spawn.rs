@@ -1,13 +1,10 @@
 //! Starting `rund-agent launch` and driving the launch handshake
 //! (see `rund_proto::launch` for the protocol).
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
-use std::os::linux::net::SocketAddrExt;
-use std::os::unix::net::{SocketAddr, UnixListener};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use rund_proto::fdpass::{self, FdHeader, FdKind};
@@ -32,12 +29,10 @@ pub struct SpawnPlan {
 /// A running agent: its host pid and the shim's ends of its channels.
 pub struct Spawned {
     pub pid: i32,
-    /// `unix://@...` address of the agent's ttrpc listener.
-    pub address: String,
+    /// The shim's end of the ttrpc socketpair.
+    pub conn: OwnedFd,
     pub fdpass: OwnedFd,
 }
-
-static SOCKET_SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// Starts the agent and waits until it serves ttrpc. On error nothing is
 /// left running: the launcher and any forked agent are killed and reaped.
@@ -48,20 +43,24 @@ pub async fn spawn(plan: SpawnPlan) -> Result<Spawned, SandboxError> {
 }
 
 fn spawn_blocking(plan: SpawnPlan) -> Result<Spawned, SandboxError> {
-    let name = format!(
-        "rund-agent-{}-{}",
-        std::process::id(),
-        SOCKET_SEQ.fetch_add(1, Ordering::Relaxed)
-    );
-    let addr = SocketAddr::from_abstract_name(name.as_bytes())
-        .map_err(|e| SandboxError::Spawn(format!("agent socket name: {e}")))?;
-    let listener = UnixListener::bind_addr(&addr)
-        .map_err(|e| SandboxError::Spawn(format!("bind agent socket: {e}")))?;
+    // A pre-connected pair: the agent serves only this connection, and no
+    // socket name exists for another process to find.
+    let (conn_shim, conn_agent) = std::os::unix::net::UnixStream::pair()
+        .map_err(|e| SandboxError::Spawn(format!("socketpair: {e}")))?;
     let (fd_shim, fd_agent) = seqpacket()?;
     let (sync_shim, sync_agent) = seqpacket()?;
+    // Exec the agent through a read-only mount of its binary: inside a
+    // container, /proc/<agent or exec>/exe cannot be opened for writing.
+    let exe = crate::rootfs::detached::readonly_file(&plan.agent_bin).map_err(|e| {
+        SandboxError::Spawn(format!("{}: {e}", plan.agent_bin.display()))
+    })?;
+    let exe = high_fd(exe)?;
 
-    let mut cmd = Command::new(&plan.agent_bin);
-    cmd.arg("launch").stdin(Stdio::null()).stdout(Stdio::null());
+    let mut cmd = Command::new(format!("/proc/self/fd/{}", exe.as_raw_fd()));
+    cmd.arg0("rund-agent")
+        .arg("launch")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
     match &plan.log {
         Some(log) => {
             let dup = log
@@ -74,7 +73,7 @@ fn spawn_blocking(plan: SpawnPlan) -> Result<Spawned, SandboxError> {
         }
     }
     let inherit: [RawFd; 3] = [
-        listener.as_raw_fd(),
+        conn_agent.as_raw_fd(),
         fd_agent.as_raw_fd(),
         sync_agent.as_raw_fd(),
     ];
@@ -88,7 +87,8 @@ fn spawn_blocking(plan: SpawnPlan) -> Result<Spawned, SandboxError> {
         .map_err(|e| SandboxError::Spawn(format!("exec {}: {e}", plan.agent_bin.display())))?;
     drop(fd_agent);
     drop(sync_agent);
-    drop(listener);
+    drop(conn_agent);
+    drop(exe);
     let launcher_pid = child.id() as i32;
 
     let result = handshake(&plan, &sync_shim, launcher_pid);
@@ -122,7 +122,7 @@ fn spawn_blocking(plan: SpawnPlan) -> Result<Spawned, SandboxError> {
     }
     Ok(Spawned {
         pid: agent_pid,
-        address: format!("unix://@{name}"),
+        conn: OwnedFd::from(conn_shim),
         fdpass: fd_shim,
     })
 }
@@ -140,11 +140,7 @@ fn handshake(
         .map(|(t, _)| FdKind::Namespace(t.clone()))
         .collect();
     let fds: Vec<_> = plan.join.iter().map(|(_, fd)| fd.as_fd()).collect();
-    let header = FdHeader {
-        container_id: plan.config.sandbox_id.clone(),
-        exec_id: "launch".into(),
-        fds: kinds,
-    };
+    let header = FdHeader { seq: 0, fds: kinds };
     fdpass::send(sync.as_fd(), &header, &fds).map_err(|e| SandboxError::Spawn(e.to_string()))?;
     launch::send_json(sync.as_fd(), &plan.config)
         .map_err(|e| SandboxError::Spawn(e.to_string()))?;
@@ -195,11 +191,26 @@ fn remap_fds(fds: &[RawFd; 3]) -> std::io::Result<()> {
     }
     for (i, fd) in high.iter().enumerate() {
         // SAFETY: dup2 onto fds 3..=5; dup2 clears CLOEXEC on the target.
-        if unsafe { libc::dup2(*fd, launch::LISTEN_FD + i as i32) } < 0 {
+        if unsafe { libc::dup2(*fd, launch::CONN_FD + i as i32) } < 0 {
             return Err(std::io::Error::last_os_error());
         }
     }
     Ok(())
+}
+
+/// Moves `fd` above the numbers the child's fd remapping uses (3-5 and
+/// its temporaries), so the exec path `/proc/self/fd/N` survives it.
+fn high_fd(fd: OwnedFd) -> Result<OwnedFd, SandboxError> {
+    // SAFETY: fcntl(F_DUPFD_CLOEXEC) on an fd we own; returns a new fd or -1.
+    let n = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 100) };
+    if n < 0 {
+        return Err(SandboxError::Spawn(format!(
+            "dup agent binary fd: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    // SAFETY: a fresh fd from the kernel, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(n) })
 }
 
 /// Kills a process we started and reaps it if it is our child.

@@ -67,6 +67,8 @@ pub struct SandboxNamespaces {
     pub new_net: bool,
     pub new_ipc: bool,
     pub new_uts: bool,
+    /// hostPID: the agent stays in the host pid namespace.
+    pub host_pid: bool,
     /// (kind, path) to join before the user namespace is created.
     pub join: Vec<(String, PathBuf)>,
 }
@@ -91,11 +93,18 @@ pub fn sandbox_namespaces(spec: &Spec) -> Result<SandboxNamespaces, SpecError> {
         }
         NsRequest::Host => {}
     }
-    if request(spec, "pid")? == NsRequest::Host {
-        return Err(SpecError::Unsupported(
-            "linux.namespaces",
-            "the host pid namespace (hostPID): the sandbox agent is PID 1 of its own".into(),
-        ));
+    match request(spec, "pid")? {
+        NsRequest::Host => out.host_pid = true,
+        NsRequest::New => {}
+        NsRequest::Join(p) => {
+            return Err(SpecError::Unsupported(
+                "linux.namespaces",
+                format!(
+                    "joining pid namespace {} for a pod sandbox (its agent is PID 1 of a pid namespace of its own, or in the host's)",
+                    p.display()
+                ),
+            ))
+        }
     }
     for (kind, flag) in [
         ("net", &mut out.new_net),
@@ -150,9 +159,11 @@ mod tests {
     }
 
     #[test]
-    fn host_pid_and_relative_paths_are_refused() {
-        let e = sandbox_namespaces(&spec(r#"{"type":"network"}"#)).unwrap_err();
-        assert!(e.to_string().contains("hostPID"), "{e}");
+    fn host_pid_is_planned_and_relative_paths_are_refused() {
+        let sb = sandbox_namespaces(&spec(r#"{"type":"network"}"#)).unwrap();
+        assert!(sb.host_pid && sb.new_net);
+        let e = sandbox_namespaces(&spec(r#"{"type":"pid","path":"/proc/1/ns/pid"}"#)).unwrap_err();
+        assert!(e.to_string().contains("/proc/1/ns/pid"), "{e}");
         let e = request(
             &spec(r#"{"type":"pid"},{"type":"network","path":"netns"}"#),
             "net",

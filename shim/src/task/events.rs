@@ -56,7 +56,7 @@ impl Events {
         id: &str,
         bundle: &str,
         pid: u32,
-        stdio: &super::state::StdioInfo,
+        stdio: &crate::io::Stdio,
         checkpoint: &str,
     ) {
         let ev = TaskCreate {

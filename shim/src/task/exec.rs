@@ -1,18 +1,18 @@
-//! Exec: a new process in a running container.
+//! Exec: a new process in a running container, through the steps it
+//! shares with Create (stdio, the agent's process, placement).
 
-use std::path::Path;
 use std::sync::Arc;
 
 use containerd_shim_protos::api::ExecProcessRequest;
 use oci_spec::runtime::Process as OciProcess;
-use rund_proto::fdpass::FdHeader;
-use rund_proto::options::ContainerOptions;
 
-use super::state::{Process, StdioInfo};
+use super::spawn::{self, Spawn};
+use super::state::Process;
+use super::undo::Undo;
 use super::Service;
 use crate::error::{Result, ShimError};
-use crate::io::{self, StdioPaths};
-use crate::sandbox::pidmap;
+use crate::io;
+use crate::rlimit::memlock::OnFailure;
 
 pub async fn exec(svc: &Arc<Service>, req: ExecProcessRequest) -> Result<()> {
     let c = svc.container(&req.id).await?;
@@ -31,12 +31,6 @@ pub async fn exec(svc: &Arc<Service>, req: ExecProcessRequest) -> Result<()> {
             req.id, req.exec_id
         )));
     }
-    if c.execs.lock().expect("execs").contains_key(&req.exec_id) {
-        return Err(ShimError::AlreadyExists(format!(
-            "exec {} already exists in {}",
-            req.exec_id, req.id
-        )));
-    }
     let spec_any = req
         .spec
         .as_ref()
@@ -46,76 +40,47 @@ pub async fn exec(svc: &Arc<Service>, req: ExecProcessRequest) -> Result<()> {
     let rlimits = process.rlimits().clone().unwrap_or_default();
     crate::rlimit::validate(&rlimits)?;
     let sandbox = svc
-        .sandbox
-        .lock()
-        .await
-        .clone()
+        .sandbox()
         .ok_or_else(|| ShimError::FailedPrecondition("the sandbox is gone".into()))?;
-
-    let stdio_info = StdioInfo {
-        stdin: req.stdin.clone(),
-        stdout: req.stdout.clone(),
-        stderr: req.stderr.clone(),
-        terminal: req.terminal,
-    };
-    let stdio = io::open(&StdioPaths {
-        stdin: req.stdin.clone(),
-        stdout: req.stdout.clone(),
-        stderr: req.stderr.clone(),
-        terminal: req.terminal,
+    let reserved = c.reserve_exec(&req.exec_id).ok_or_else(|| {
+        ShimError::AlreadyExists(format!(
+            "exec {} already exists in {}",
+            req.exec_id, req.id
+        ))
     })?;
-    let (kinds, fds) = stdio.fds();
-    let header = FdHeader {
-        container_id: req.id.clone(),
-        exec_id: req.exec_id.clone(),
-        fds: kinds,
+    let stdio = io::Stdio::of(&req.stdin, &req.stdout, &req.stderr, req.terminal);
+    let mut undo = Undo::new(format!("exec {} in {}", req.exec_id, req.id));
+    let s = Spawn {
+        sandbox: &sandbox,
+        id: &req.id,
+        exec_id: &req.exec_id,
+        stdio: &stdio,
+        owned: Vec::new(),
     };
-    let options = ContainerOptions {
-        userns: sandbox.userns,
-        ..Default::default()
+    let on_failure = OnFailure::parse(&svc.config().memlock.on_failure)?;
+    let res = match spawn::exec(s, &process, &mut undo).await {
+        Ok(p) => spawn::place(&p, c.cgroup.as_ref(), &rlimits, on_failure)
+            .await
+            .map(|()| p),
+        Err(e) => Err(e),
     };
-    let json = serde_json::to_vec(&process).map_err(|e| ShimError::Internal(e.to_string()))?;
-    let inner = sandbox
-        .agent
-        .create_process(header, &fds, json, &options, req.terminal)
-        .await?;
-    drop(fds);
-    let io::Stdio { pass, stdin, pty } = stdio;
-    drop(pass);
-
-    let placed = async {
-        let host = pidmap::host_pid(Path::new("/proc"), sandbox.pid(), inner)?;
-        if let Some(cg) = &c.cgroup {
-            cg.add_pid(host).await?;
-        }
-        crate::rlimit::apply(host, &rlimits)?;
-        Ok::<i32, ShimError>(host)
-    }
-    .await;
-    let host = match placed {
-        Ok(h) => h,
+    let spawned = match res {
+        Ok(p) => p,
         Err(e) => {
-            let _ = sandbox
-                .agent
-                .signal(&req.id, &req.exec_id, libc::SIGKILL as u32, false)
-                .await;
-            let _ = sandbox.agent.wait(&req.id, &req.exec_id).await;
-            let _ = sandbox.agent.delete_process(&req.id, &req.exec_id).await;
+            undo.rollback().await;
             return Err(e);
         }
     };
+    undo.commit();
     let p = Arc::new(Process::new(
         &req.exec_id,
-        host,
-        inner,
-        stdio_info,
-        stdin,
-        pty,
+        spawned.host_pid,
+        spawned.inner_pid,
+        stdio,
+        spawned.stdin,
+        spawned.pty,
     ));
-    c.execs
-        .lock()
-        .expect("execs")
-        .insert(req.exec_id.clone(), p);
+    reserved.fill(p);
     svc.events.exec_added(&req.id, &req.exec_id).await;
     Ok(())
 }

@@ -17,11 +17,8 @@ use super::Service;
 use crate::error::{Result, ShimError};
 use crate::sandbox::{pidmap, Sandbox};
 
-async fn sandbox(svc: &Service) -> Result<Arc<Sandbox>> {
-    svc.sandbox
-        .lock()
-        .await
-        .clone()
+fn sandbox(svc: &Service) -> Result<Arc<Sandbox>> {
+    svc.sandbox()
         .ok_or_else(|| ShimError::FailedPrecondition("the sandbox is gone".into()))
 }
 
@@ -39,11 +36,20 @@ pub async fn start(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<StartR
             "process {id}/{exec_id} already started"
         )));
     }
-    let sb = sandbox(svc).await?;
+    let sb = sandbox(svc)?;
     if !c.is_pod_sandbox {
         sb.agent.start_process(id, exec_id).await?;
     }
     p.started.store(true, Ordering::SeqCst);
+    if exec_id.is_empty() && !c.is_pod_sandbox {
+        // runc's rule: a failed poststart hook kills the container.
+        let state = crate::hooks::state_json(&c.spec, id, "running", p.pid() as i32, &c.bundle);
+        if let Err(e) = crate::hooks::run(&c.spec, "poststart", &state).await {
+            let _ = sb.agent.signal(id, "", libc::SIGKILL as u32).await;
+            spawn_exit_watch(svc.clone(), c.clone(), p.clone(), sb);
+            return Err(e.into());
+        }
+    }
     let pid = p.pid();
     if exec_id.is_empty() {
         svc.events.start(id, pid).await;
@@ -111,7 +117,14 @@ pub async fn kill(
             "process {id}/{exec_id} already finished"
         )));
     }
-    let sb = sandbox(svc).await?;
+    let sb = sandbox(svc)?;
+    if all && !c.is_pod_sandbox {
+        // Every process, by cgroup: walking parent pids would miss daemons
+        // reparented away and could hit reused pids.
+        if let Some(cg) = &c.cgroup {
+            cg.signal_all(signal as i32).await?;
+        }
+    }
     if c.is_pod_sandbox {
         // Killing the pod sandbox ends the pod: grace only for a catchable signal.
         let grace = if signal == libc::SIGKILL as u32 {
@@ -122,7 +135,7 @@ pub async fn kill(
         tokio::spawn(async move { sb.teardown(grace).await });
         return Ok(());
     }
-    sb.agent.signal(id, exec_id, signal, all).await?;
+    sb.agent.signal(id, exec_id, signal).await?;
     Ok(())
 }
 
@@ -140,7 +153,7 @@ pub async fn wait(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<WaitRes
 pub async fn delete(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<DeleteResponse> {
     let c = svc.container(id).await?;
     let p = process(&c, exec_id)?;
-    let sb = sandbox(svc).await.ok();
+    let sb = sandbox(svc).ok();
     if p.exit().is_none() {
         if p.started.load(Ordering::SeqCst) {
             return Err(ShimError::FailedPrecondition(format!(
@@ -150,10 +163,7 @@ pub async fn delete(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<Delet
         // Created but never started: it is blocked in the agent; end it.
         if let Some(sb) = &sb {
             if !c.is_pod_sandbox {
-                let _ = sb
-                    .agent
-                    .signal(id, exec_id, libc::SIGKILL as u32, false)
-                    .await;
+                let _ = sb.agent.signal(id, exec_id, libc::SIGKILL as u32).await;
                 if let Ok(e) = sb.agent.wait(id, exec_id).await {
                     p.set_exit(ExitInfo {
                         status: e.status,
@@ -201,13 +211,20 @@ pub async fn delete(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<Delet
         all.is_empty()
     };
     if last {
-        if let Some(sb) = svc.sandbox.lock().await.take() {
+        if let Some(sb) = svc.take_sandbox() {
             sb.teardown(sb.grace).await;
         }
     }
     if let Some(cg) = &c.cgroup {
         if let Err(err) = cg.destroy().await {
             tracing::warn!(id, "cgroup: {err}");
+        }
+    }
+    if !c.is_pod_sandbox {
+        // A failed poststop hook is logged, as runc does, not returned.
+        let state = crate::hooks::state_json(&c.spec, id, "stopped", p.pid() as i32, &c.bundle);
+        if let Err(e) = crate::hooks::run(&c.spec, "poststop", &state).await {
+            tracing::warn!(id, "{e}");
         }
     }
     svc.events.delete(id, p.pid(), e.status, e.at_ns).await;
@@ -261,7 +278,7 @@ pub async fn pids(svc: &Arc<Service>, id: &str) -> Result<PidsResponse> {
             ..Default::default()
         });
     }
-    let sb = sandbox(svc).await?;
+    let sb = sandbox(svc)?;
     let listed = sb.agent.list_pids(id).await?;
     let inner: Vec<u32> = listed.iter().map(|(p, _)| *p).collect();
     let agent_pid = sb.pid();
@@ -272,9 +289,10 @@ pub async fn pids(svc: &Arc<Service>, id: &str) -> Result<PidsResponse> {
     .map_err(|e| ShimError::Internal(e.to_string()))?;
     let processes = listed
         .into_iter()
-        .filter_map(|(inner, _exec)| {
+        .filter_map(|(inner, exec_id)| {
             map.get(&inner).map(|host| ProcessInfo {
                 pid: *host as u32,
+                info: (!exec_id.is_empty()).then(|| process_details(&exec_id)).into(),
                 ..Default::default()
             })
         })
@@ -299,5 +317,31 @@ pub async fn resize_pty(
         None => Err(ShimError::FailedPrecondition(format!(
             "process {id}/{exec_id} has no terminal"
         ))),
+    }
+}
+
+/// containerd's `containerd.runc.v1.ProcessDetails{exec_id}`, which `ctr task
+/// ps` decodes to show an exec's id.
+fn process_details(exec_id: &str) -> containerd_shim_protos::protobuf::well_known_types::any::Any {
+    let mut value = Vec::with_capacity(exec_id.len() + 2);
+    {
+        let mut out = containerd_shim_protos::protobuf::CodedOutputStream::vec(&mut value);
+        let _ = out.write_string(1, exec_id);
+        let _ = out.flush();
+    }
+    containerd_shim_protos::protobuf::well_known_types::any::Any {
+        type_url: "containerd.runc.v1.ProcessDetails".into(),
+        value,
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn process_details_encode_the_exec_id() {
+        let a = super::process_details("e1");
+        assert_eq!(a.type_url, "containerd.runc.v1.ProcessDetails");
+        assert_eq!(a.value, b"\x0a\x02e1");
     }
 }

@@ -8,11 +8,14 @@ mod lifecycle;
 mod namespaces;
 mod options;
 mod phases;
+mod pod;
 mod resources;
+mod spawn;
 pub mod state;
+mod undo;
 mod userns;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -33,7 +36,9 @@ pub struct Service {
     config: std::sync::RwLock<Arc<RundConfig>>,
     pub(crate) events: Events,
     pub(crate) containers: Mutex<HashMap<String, Arc<Container>>>,
-    pub(crate) sandbox: Mutex<Option<Arc<Sandbox>>>,
+    /// Container ids whose Create is in flight.
+    creating: std::sync::Mutex<HashSet<String>>,
+    pub(crate) sandbox: std::sync::Mutex<pod::Slot>,
     pub(crate) exit: Arc<ExitSignal>,
     pub(crate) debug: bool,
     /// The node's cgroups (with the pool), made on first use from the config
@@ -48,7 +53,8 @@ impl Service {
             config: std::sync::RwLock::new(Arc::new(config)),
             events,
             containers: Mutex::new(HashMap::new()),
-            sandbox: Mutex::new(None),
+            creating: Default::default(),
+            sandbox: Default::default(),
             exit,
             debug,
         }
@@ -75,6 +81,43 @@ impl Service {
         })
     }
 
+    /// The running sandbox, if any.
+    pub(crate) fn sandbox(&self) -> Option<Arc<Sandbox>> {
+        match &*pod::lock(&self.sandbox) {
+            pod::Slot::Ready(sb) => Some(sb.clone()),
+            _ => None,
+        }
+    }
+
+    /// Takes the sandbox out (to tear it down).
+    pub(crate) fn take_sandbox(&self) -> Option<Arc<Sandbox>> {
+        let mut slot = pod::lock(&self.sandbox);
+        match std::mem::take(&mut *slot) {
+            pod::Slot::Ready(sb) => Some(sb),
+            other => {
+                *slot = other;
+                None
+            }
+        }
+    }
+
+    /// Reserves a container id for one Create; the guard frees it.
+    pub(crate) async fn reserve(&self, id: &str) -> Result<Reservation<'_>, ShimError> {
+        let exists = || ShimError::AlreadyExists(format!("container {id} already exists"));
+        if !self.lock_creating().insert(id.to_string()) {
+            return Err(exists());
+        }
+        let r = Reservation { svc: self, id: id.to_string() };
+        if self.containers.lock().await.contains_key(id) {
+            return Err(exists());
+        }
+        Ok(r)
+    }
+
+    fn lock_creating(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.creating.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub(crate) async fn container(&self, id: &str) -> Result<Arc<Container>, ShimError> {
         self.containers
             .lock()
@@ -82,6 +125,18 @@ impl Service {
             .get(id)
             .cloned()
             .ok_or_else(|| ShimError::NotFound(format!("container {id} not found")))
+    }
+}
+
+/// A container id reserved by a Create in flight.
+pub(crate) struct Reservation<'a> {
+    svc: &'a Service,
+    id: String,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.svc.lock_creating().remove(&self.id);
     }
 }
 
@@ -146,8 +201,8 @@ impl Task for TaskHandler {
     }
 
     async fn shutdown(&self, _ctx: &TtrpcContext, _req: ShutdownRequest) -> TtrpcResult<Empty> {
-        if self.0.containers.lock().await.is_empty() {
-            if let Some(sb) = self.0.sandbox.lock().await.take() {
+        if self.0.containers.lock().await.is_empty() && self.0.lock_creating().is_empty() {
+            if let Some(sb) = self.0.take_sandbox() {
                 sb.teardown(sb.grace).await;
             }
             self.0.exit.signal();
@@ -209,8 +264,7 @@ impl Task for TaskHandler {
 
 /// Shim SIGTERM: tear the sandbox down (TERM, grace, KILL) and publish exits.
 pub async fn teardown_all(svc: &Arc<Service>) {
-    let sb = svc.sandbox.lock().await.clone();
-    if let Some(sb) = sb {
+    if let Some(sb) = svc.sandbox() {
         sb.teardown(sb.grace).await;
     }
     // Exit watchers publish each exit as the agent reports it.

@@ -5,7 +5,7 @@ use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
 use oci_spec::runtime::Spec;
-use rund_proto::options::{NamespacePlan, NsSource};
+use rund_proto::{NamespacePlan, NsSource};
 
 use crate::error::{Result, ShimError};
 use crate::sandbox::{nsfd, Sandbox};
@@ -24,13 +24,15 @@ pub fn plan(
         let standalone = *role == Role::Standalone;
         let source = match req {
             // The agent already made (or joined) these for this container.
-            _ if standalone && matches!(kind, "net" | "ipc" | "uts") => NsSource::Sandbox,
-            NsRequest::New => NsSource::New,
-            NsRequest::Host if kind == "cgroup" => NsSource::Sandbox,
+            _ if standalone && matches!(kind, "net" | "ipc" | "uts") => NsSource::NS_SANDBOX,
+            NsRequest::New => NsSource::NS_NEW,
+            NsRequest::Host if kind == "cgroup" => NsSource::NS_SANDBOX,
+            // hostPID: the agent itself stays in the host pid namespace.
+            NsRequest::Host if kind == "pid" && sandbox.host_pid => NsSource::NS_SANDBOX,
             NsRequest::Host if kind == "pid" => {
                 return Err(ShimError::Spec(crate::spec::SpecError::Unsupported(
                     "linux.namespaces",
-                    "the host pid namespace (hostPID)".into(),
+                    "the host pid namespace for a container whose pod sandbox has its own".into(),
                 )))
             }
             NsRequest::Host => join_or_share(
@@ -41,13 +43,7 @@ pub fn plan(
             )?,
             NsRequest::Join(p) => join_or_share(kind, p, sandbox, &mut fds)?,
         };
-        match kind {
-            "pid" => plan.pid = source,
-            "net" => plan.net = source,
-            "ipc" => plan.ipc = source,
-            "uts" => plan.uts = source,
-            _ => plan.cgroup = source,
-        }
+        plan.set(kind, source);
     }
     Ok((plan, fds))
 }
@@ -59,9 +55,9 @@ fn join_or_share(
     fds: &mut Vec<(String, OwnedFd)>,
 ) -> Result<NsSource> {
     if sandbox.is_own_ns(kind, &path) {
-        return Ok(NsSource::Sandbox);
+        return Ok(NsSource::NS_SANDBOX);
     }
     let fd = nsfd::open_ns(kind, &path)?;
     fds.push((kind.to_string(), fd));
-    Ok(NsSource::Fd)
+    Ok(NsSource::NS_FD)
 }

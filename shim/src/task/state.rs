@@ -8,15 +8,7 @@ use std::sync::Mutex;
 use oci_spec::runtime::Spec;
 use tokio::sync::watch;
 
-use crate::io::{pty::Pty, stdin::StdinFeeder};
-
-#[derive(Debug, Clone, Default)]
-pub struct StdioInfo {
-    pub stdin: String,
-    pub stdout: String,
-    pub stderr: String,
-    pub terminal: bool,
-}
+use crate::io::{pty::Pty, stdin::StdinFeeder, Stdio};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
@@ -39,7 +31,7 @@ pub struct Process {
     pub pid: AtomicI32,
     /// Pid in the agent's namespace.
     pub inner_pid: u32,
-    pub stdio: StdioInfo,
+    pub stdio: Stdio,
     pub started: AtomicBool,
     exit_tx: watch::Sender<Option<ExitInfo>>,
     pub stdin: Mutex<Option<StdinFeeder>>,
@@ -51,7 +43,7 @@ impl Process {
         exec_id: &str,
         pid: i32,
         inner_pid: u32,
-        stdio: StdioInfo,
+        stdio: Stdio,
         stdin: Option<StdinFeeder>,
         pty: Option<Pty>,
     ) -> Self {
@@ -132,7 +124,8 @@ pub struct Container {
     pub rootfs_mounted: bool,
     pub cgroup: Option<crate::cgroups::ContainerCgroup>,
     pub init: std::sync::Arc<Process>,
-    pub execs: Mutex<HashMap<String, std::sync::Arc<Process>>>,
+    /// Execs by id; `None` while the exec is being created.
+    pub execs: Mutex<HashMap<String, Option<std::sync::Arc<Process>>>>,
     pub paused: AtomicBool,
     /// The OOM event source, once the init started.
     pub oom: Mutex<Option<std::sync::Arc<tokio::io::unix::AsyncFd<rund_cgroup::OomWatcher>>>>,
@@ -169,10 +162,50 @@ impl Container {
         if exec_id.is_empty() {
             return Some(self.init.clone());
         }
-        self.execs.lock().expect("execs").get(exec_id).cloned()
+        self.execs.lock().expect("execs").get(exec_id).cloned().flatten()
+    }
+
+    /// Reserves an exec id; `None` if it is taken.
+    pub fn reserve_exec(&self, exec_id: &str) -> Option<ExecSlot<'_>> {
+        let mut execs = self.execs.lock().expect("execs");
+        if execs.contains_key(exec_id) {
+            return None;
+        }
+        execs.insert(exec_id.to_string(), None);
+        Some(ExecSlot {
+            c: self,
+            exec_id: exec_id.to_string(),
+            filled: false,
+        })
     }
 
     pub fn is_paused(&self) -> bool {
         self.paused.load(Ordering::SeqCst)
+    }
+}
+
+/// A reserved exec id: dropped unfilled, the reservation goes.
+pub struct ExecSlot<'a> {
+    c: &'a Container,
+    exec_id: String,
+    filled: bool,
+}
+
+impl ExecSlot<'_> {
+    pub fn fill(mut self, p: std::sync::Arc<Process>) {
+        self.c
+            .execs
+            .lock()
+            .expect("execs")
+            .insert(self.exec_id.clone(), Some(p));
+        self.filled = true;
+    }
+}
+
+impl Drop for ExecSlot<'_> {
+    fn drop(&mut self) {
+        if !self.filled {
+            self.c.execs.lock().expect("execs").remove(&self.exec_id);
+        }
     }
 }

@@ -12,21 +12,12 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use super::UsernsError;
+use crate::rootfs::detached::{mount_setattr, MountAttr};
 use crate::rootfs::{open_tree_clone, RootfsError};
 
 const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
-const AT_RECURSIVE: libc::c_uint = 0x8000;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x04;
 const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
-
-/// `struct mount_attr` (include/uapi/linux/mount.h, MOUNT_ATTR_SIZE_VER0).
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
 
 /// A detached, idmapped copy of the mount at `path` (with its submounts
 /// when `recursive`), ready for `attach` or to be passed to the agent.
@@ -59,26 +50,9 @@ pub fn set_idmap(
         propagation: 0,
         userns_fd: userns.as_raw_fd() as u64,
     };
-    let mut flags = libc::AT_EMPTY_PATH as libc::c_uint;
-    if recursive {
-        flags |= AT_RECURSIVE;
-    }
-    // SAFETY: mount_setattr reads a NUL-terminated path ("") and `size` bytes
-    // of `attr`, both valid for the call; it touches no other memory.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            flags,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if rc == 0 {
+    let Err(err) = mount_setattr(tree, recursive, &attr) else {
         return Ok(());
-    }
-    let err = std::io::Error::last_os_error();
+    };
     Err(match err.raw_os_error() {
         // The userns fd was checked above, so EINVAL is the filesystem.
         Some(libc::EINVAL) => UsernsError::IdmapUnsupported {

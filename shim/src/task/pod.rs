@@ -1,0 +1,150 @@
+//! The pod's sandbox: claimed once per shim, started by the pod's first
+//! container (a CRI pod sandbox, or a standalone `ctr run` container), and
+//! torn down with the last one.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use containerd_shim_protos::api::CreateTaskRequest;
+use oci_spec::runtime::Spec;
+use rund_proto::launch::LaunchConfig;
+
+use super::undo::Undo;
+use super::Service;
+use crate::error::{Result, ShimError};
+use crate::sandbox::spawn::SpawnPlan;
+use crate::sandbox::{nsfd, Sandbox};
+use crate::spec;
+
+/// The shim's one sandbox.
+#[derive(Default)]
+pub enum Slot {
+    #[default]
+    Empty,
+    /// A Create is starting it.
+    Starting,
+    Ready(Arc<Sandbox>),
+}
+
+/// A claim on the empty slot; dropped unfulfilled, it empties the slot again.
+pub struct Claim<'a> {
+    slot: &'a Mutex<Slot>,
+    done: bool,
+}
+
+impl Claim<'_> {
+    fn fulfil(mut self, sb: Arc<Sandbox>) {
+        *lock(self.slot) = Slot::Ready(sb);
+        self.done = true;
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            *lock(self.slot) = Slot::Empty;
+        }
+    }
+}
+
+pub fn lock(slot: &Mutex<Slot>) -> std::sync::MutexGuard<'_, Slot> {
+    slot.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Claims the empty slot: the one Create that may start this shim's sandbox.
+pub fn claim<'a>(slot: &'a Mutex<Slot>, id: &str) -> Result<Claim<'a>> {
+    let mut s = lock(slot);
+    if !matches!(*s, Slot::Empty) {
+        return Err(ShimError::FailedPrecondition(format!(
+            "this shim already runs a sandbox; container {id} is not part of it"
+        )));
+    }
+    *s = Slot::Starting;
+    Ok(Claim { slot, done: false })
+}
+
+pub async fn start(
+    svc: &Arc<Service>,
+    req: &CreateTaskRequest,
+    bundle: &Path,
+    spec: &Spec,
+    undo: &mut Undo,
+) -> Result<Arc<Sandbox>> {
+    let id = req.id.as_str();
+    let claim = claim(&svc.sandbox, id)?;
+    // The pod's first container decides the config; later ones share it.
+    if let Some(path) = super::options::config_path(req.options.as_ref())? {
+        svc.use_config(crate::config::RundConfig::load(Some(Path::new(&path)))?);
+    }
+    let config = svc.config();
+    let grace = spec::grace_seconds(spec)?.unwrap_or(config.grace_period_seconds);
+    let ns = spec::namespaces::sandbox_namespaces(spec)?;
+    let mut join = Vec::new();
+    for (kind, path) in &ns.join {
+        join.push((kind.clone(), nsfd::open_ns(kind, path)?));
+    }
+    let hostname = spec
+        .hostname()
+        .clone()
+        .filter(|h| !h.is_empty() && ns.new_uts);
+    let userns = super::userns::plan(svc, spec, id).await?;
+    let launch = LaunchConfig {
+        sandbox_id: id.to_string(),
+        userns: userns.is_some(),
+        new_net: ns.new_net,
+        new_ipc: ns.new_ipc,
+        new_uts: ns.new_uts,
+        host_pid: ns.host_pid,
+        hostname,
+        sysctls: Vec::new(),
+        debug: svc.debug,
+    };
+    let plan = SpawnPlan {
+        config: launch,
+        join,
+        uid_map: userns
+            .as_ref()
+            .map(|u| u.uid_map.clone())
+            .unwrap_or_default(),
+        gid_map: userns
+            .as_ref()
+            .map(|u| u.gid_map.clone())
+            .unwrap_or_default(),
+        agent_bin: config.agent_binary(),
+        log: crate::entry::logging::agent_log_fd(),
+    };
+    let info = userns.map(|u| u.info);
+    let leased = info.as_ref().and_then(|i| i.lease.as_ref()).is_some();
+    let sb = match Sandbox::start(plan, Duration::from_secs(grace as u64), info).await {
+        Ok(sb) => sb,
+        Err(e) => {
+            if leased {
+                release_lease(svc, id).await;
+            }
+            return Err(e.into());
+        }
+    };
+    crate::entry::serve::record_agent(bundle, sb.pid());
+    claim.fulfil(sb.clone());
+    let (s, b) = (svc.clone(), sb.clone());
+    undo.push("sandbox", async move {
+        if let Some(sb) = s.take_sandbox() {
+            sb.teardown(Duration::ZERO).await;
+        } else {
+            b.teardown(Duration::ZERO).await;
+        }
+    });
+    Ok(sb)
+}
+
+/// Frees a sandbox's id range after a failed start.
+async fn release_lease(svc: &Arc<Service>, id: &str) {
+    let config = svc.config();
+    let id = id.to_string();
+    let _ = tokio::task::spawn_blocking(move || {
+        crate::userns::LeaseStore::in_state_dir(&config.state_dir, &config.userns)
+            .and_then(|s| s.release(&id))
+    })
+    .await;
+}
