@@ -11,6 +11,10 @@ mod server;
 mod sys;
 
 fn main() {
+    // Exec'd through /proc/self/fd/N (a read-only mount of the binary):
+    // give the process its real name back for ps and the shim's checks.
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"rund-agent".as_ptr(), 0, 0, 0) };
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("launch") => launch::run(),

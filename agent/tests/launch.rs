@@ -119,10 +119,7 @@ impl Sandbox {
                 .await
                 .map(|r| r.pid)
         };
-        (
-            res.map_err(|e| format!("{e:?}")),
-            std::fs::File::from(r),
-        )
+        (res.map_err(|e| format!("{e:?}")), std::fs::File::from(r))
     }
 
     async fn start(&self, id: &str, exec_id: &str) {
@@ -219,7 +216,10 @@ async fn launch_and_run_containers() {
     drop(fd_agent);
     drop(sync_agent);
     drop(conn_agent);
-    let hdr = FdHeader { seq: 0, fds: vec![] };
+    let hdr = FdHeader {
+        seq: 0,
+        fds: vec![],
+    };
     fdpass::send(sync_shim.as_fd(), &hdr, &[]).unwrap();
     let cfg = LaunchConfig {
         sandbox_id: "itest".into(),
@@ -257,7 +257,11 @@ async fn launch_and_run_containers() {
         ..Default::default()
     };
     let ctx = || ttrpc::context::with_timeout(0);
-    let ok = sb.client.ping(ctx(), &ping(PROTOCOL_VERSION)).await.unwrap();
+    let ok = sb
+        .client
+        .ping(ctx(), &ping(PROTOCOL_VERSION))
+        .await
+        .unwrap();
     assert_eq!(ok.agent_pid, 1);
     let e = sb
         .client

@@ -77,6 +77,9 @@ mod tests {
         let set = waited_set();
         assert!(has(&set, libc::SIGTERM) && has(&set, libc::SIGCHLD));
         assert!(!has(&set, libc::SIGKILL) && !has(&set, libc::SIGSEGV));
-        assert!(has(&set, libc::SIGRTMAX()), "real-time signals are forwarded");
+        assert!(
+            has(&set, libc::SIGRTMAX()),
+            "real-time signals are forwarded"
+        );
     }
 }

@@ -152,7 +152,16 @@ mod tests {
 
     #[test]
     fn arguments() {
-        let a = parse(os(&["rund-init", "--tty", "--", "/bin/sh", "sh", "-c", "x"])).unwrap();
+        let a = parse(os(&[
+            "rund-init",
+            "--tty",
+            "--",
+            "/bin/sh",
+            "sh",
+            "-c",
+            "x",
+        ]))
+        .unwrap();
         assert!(a.tty);
         assert_eq!(a.path.as_bytes(), b"/bin/sh");
         assert_eq!(a.argv.len(), 3);

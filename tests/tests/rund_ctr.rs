@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rund_tests::{
     assert_no_leaks_within, runtime_under_test, Containerd, ContainerdOpts, LeakSnapshot, RunSpec,
-    RUNC_RUNTIME, RUND_RUNTIME,
+    RUND_RUNTIME,
 };
 
 fn rt() -> String {
@@ -144,8 +144,8 @@ fn task_ps_and_delete() {
         .into_iter()
         .find(|t| t.id == "ps")
         .unwrap();
-    // rund's init (the task pid), sh and two sleeps; runc has no init.
-    let want = if rt() == RUNC_RUNTIME { 3 } else { 4 };
+    // sh (the task pid, PID 1 of the container) and two sleeps, as with runc.
+    let want = 3;
     let mut pids = Vec::new();
     for _ in 0..100 {
         pids = ctd.task_ps("ps").unwrap();

@@ -1,10 +1,12 @@
-//! Issue 6A through containerd 1.6 and ctr: rund's container init forwards TERM to the
-//! workload, reaps zombies and can be opted out of (`rund.io/init: "false"`); `Kill(all)`
-//! reaches every process; a shim that receives SIGTERM tears its sandbox down with TERM, the
-//! `rund.io/grace-period-seconds` grace, then KILL, publishes the exit and leaves nothing.
+//! Signals through containerd and ctr. The workload is PID 1 of its container, as with runc;
+//! a TERM it has no handler for gets its default action carried out by rund (the kernel would
+//! drop it for a namespace init), a TERM it ignores waits for KILL. rund-init is opt-in
+//! (`rund.io/init: "true"`): it forwards signals to the workload's group and reaps zombies.
+//! `Kill(all)` reaches every process; a shim that receives SIGTERM tears its sandbox down
+//! with TERM, the `rund.io/grace-period-seconds` grace, then KILL, and leaves nothing.
 //!
-//! Against runc (`RUND_IT_RUNTIME=io.containerd.runc.v2`) the TERM tests fail by design: runc
-//! has no init, so a shell PID 1 never sees TERM (that is the issue).
+//! Against runc (`RUND_IT_RUNTIME=io.containerd.runc.v2`) the TERM tests fail by design: a
+//! shell PID 1 never sees TERM there (the seed's problem).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -119,59 +121,98 @@ fn term_reaches_a_shell_workload() {
 }
 
 #[test]
-fn init_opt_out_makes_the_shell_pid1() {
-    let Some(ctd) = start("init_opt_out_makes_the_shell_pid1") else {
+fn workload_is_pid1_and_init_is_opt_in() {
+    let Some(ctd) = start("workload_is_pid1_and_init_is_opt_in") else {
         return;
     };
-    if rt() == RUNC_RUNTIME {
-        eprintln!("SKIP init_opt_out_makes_the_shell_pid1: rund-only (runc has no init)");
-        return;
-    }
     let rootfs = ctd.busybox_rootfs().unwrap();
     let before = LeakSnapshot::take(&ctd);
-    let opt_out = ["--annotation", "rund.io/init=false"];
-
-    // Pid facts: under rund's init the workload is not PID 1 (documented); opted out, it is.
     let out = ctd
-        .run_spec(&spec("pid", &rootfs, &["sh", "-c", "echo $$"], &[]))
+        .run_spec(&spec(
+            "pid",
+            &rootfs,
+            &["sh", "-c", "echo $$; cat /proc/1/cmdline"],
+            &[],
+        ))
         .unwrap();
     assert!(out.success(), "{out:?}");
-    assert_ne!(
-        out.stdout.trim(),
-        "1",
-        "the init is PID 1, not the workload"
+    assert_eq!(
+        out.stdout.lines().next(),
+        Some("1"),
+        "the workload is PID 1: {out:?}"
     );
+    if rt() == RUNC_RUNTIME {
+        assert_no_leaks_within(&ctd, &before, GRACE);
+        return;
+    }
+    // Opted in, rund-init is PID 1, no more privileged than the workload: its effective
+    // capabilities are a subset of the workload's, no_new_privs is set, and it is not dumpable
+    // (so /proc/1/environ of it cannot be read).
+    let script = "echo $$; tr '\\0' ' ' < /proc/1/cmdline; echo; \
+        grep -E '^(CapEff|NoNewPrivs)' /proc/1/status; grep CapEff /proc/self/status; \
+        cat /proc/1/environ >/dev/null 2>&1 && echo environ-readable || echo environ-closed";
     let out = ctd
-        .run_spec(&spec("pid1", &rootfs, &["sh", "-c", "echo $$"], &opt_out))
+        .run_spec(&spec(
+            "init",
+            &rootfs,
+            &["sh", "-c", script],
+            &["--annotation", "rund.io/init=true"],
+        ))
         .unwrap();
     assert!(out.success(), "{out:?}");
-    assert_eq!(out.stdout.trim(), "1", "opted out: the shell is PID 1");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_ne!(
+        lines[0], "1",
+        "with the init, the workload is not PID 1: {out:?}"
+    );
+    assert!(
+        lines[1].starts_with("rund-init"),
+        "PID 1 is rund-init: {out:?}"
+    );
+    let cap = |l: &str| u64::from_str_radix(l.split_whitespace().nth(1).unwrap(), 16).unwrap();
+    let (init_eff, own_eff) = (cap(lines[2]), cap(lines[4]));
+    assert_eq!(
+        init_eff & !own_eff,
+        0,
+        "init CapEff {init_eff:x} not within {own_eff:x}"
+    );
+    assert_eq!(
+        lines[3].split_whitespace().nth(1),
+        Some("1"),
+        "init NoNewPrivs: {out:?}"
+    );
+    assert_eq!(lines[5], "environ-closed", "{out:?}");
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
 
-    // Opted out, the shell is PID 1 and the kernel drops TERM (no handler): it keeps running
-    // until KILL.
-    let seed = spec(
-        "noinit",
+#[test]
+fn an_ignored_term_waits_for_kill() {
+    let Some(ctd) = start("an_ignored_term_waits_for_kill") else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+    let stubborn = spec(
+        "stubborn",
         &rootfs,
-        &["sh", "-c", "sleep 1000 & wait"],
-        &opt_out,
+        &["sh", "-c", "trap '' TERM; sleep 1000 & wait"],
+        &[],
     );
     std::thread::scope(|s| {
-        let fg = s.spawn(|| ctd.run_spec(&seed));
-        ctd.wait_for_status("noinit", "RUNNING", GRACE).unwrap();
-        wait_for_proc(&ctd, "noinit", "sleep 1000", |c| c == "sleep 1000");
-        let pids = ctd.task_ps("noinit").unwrap();
-        assert_eq!(pids.len(), 2, "sh and sleep, no init: {pids:?}");
-        let shell = wait_for_proc(&ctd, "noinit", "sh", |c| c.starts_with("sh -c"));
-        ctd.task_kill("noinit", "SIGTERM", false).unwrap();
-        // A TERM that were delivered would end sh at once (see term_reaches_a_shell_workload);
+        let fg = s.spawn(|| ctd.run_spec(&stubborn));
+        ctd.wait_for_status("stubborn", "RUNNING", GRACE).unwrap();
+        wait_for_proc(&ctd, "stubborn", "sleep 1000", |c| c == "sleep 1000");
+        let shell = wait_for_proc(&ctd, "stubborn", "sh", |c| c.starts_with("sh -c"));
+        ctd.task_kill("stubborn", "SIGTERM", false).unwrap();
+        // A TERM carried out would end sh at once (see term_reaches_a_shell_workload);
         // give it ample time to show it was not.
         std::thread::sleep(Duration::from_secs(2));
-        assert!(is_alive(shell), "PID 1 without a handler must ignore TERM");
+        assert!(is_alive(shell), "PID 1 that ignores TERM must keep running");
         assert_eq!(
-            ctd.task_status("noinit").unwrap().as_deref(),
+            ctd.task_status("stubborn").unwrap().as_deref(),
             Some("RUNNING")
         );
-        ctd.task_kill("noinit", "SIGKILL", false).unwrap();
+        ctd.task_kill("stubborn", "SIGKILL", false).unwrap();
         let out = fg.join().unwrap().unwrap();
         assert_eq!(out.code(), 137, "{out:?}");
     });
@@ -186,8 +227,8 @@ fn orphaned_zombies_are_reaped() {
     let rootfs = ctd.busybox_rootfs().unwrap();
     let before = LeakSnapshot::take(&ctd);
     // Three orphans (their parent shell exits at once) that exit after 0.3 s are reparented to
-    // PID 1. The workload then execs `sleep`, which never waits, so only a reaping PID 1 (rund's
-    // init; not runc's, where `sleep` is PID 1) clears them. A checker child reports.
+    // PID 1. The workload then execs `sleep`, which never waits, so only a reaping PID 1
+    // (rund-init; not runc's, where `sleep` is PID 1) clears them. A checker child reports.
     let script = r#"
         orphans=""
         for i in 1 2 3; do
@@ -207,8 +248,14 @@ fn orphaned_zombies_are_reaped() {
         ) &
         exec sleep 5
     "#;
+    // Reaping orphans is rund-init's job, so the container opts in.
     let out = ctd
-        .run_spec(&spec("reap", &rootfs, &["sh", "-c", script], &[]))
+        .run_spec(&spec(
+            "reap",
+            &rootfs,
+            &["sh", "-c", script],
+            &["--annotation", "rund.io/init=true"],
+        ))
         .unwrap();
     assert!(out.success(), "{out:?}");
     assert!(
@@ -241,8 +288,13 @@ fn kill_all_signals_every_process() {
     // `sleep 1002` shares its process group; `sleep 1001` has its own session, so only a
     // signal sent to every process of the container reaches it.
     let script = "busybox setsid sleep 1001 & sleep 1002 & trap '' USR1; while :; do sleep 1; done";
-    ctd.run_detached("all", &rootfs, &["sh", "-c", script], &rt())
-        .unwrap();
+    // With rund-init (opted in) a plain kill reaches the workload's group.
+    let mut all = spec("all", &rootfs, &["sh", "-c", script], &[]);
+    all.detach = true;
+    if rt() != RUNC_RUNTIME {
+        all.flags = vec!["--annotation".into(), "rund.io/init=true".into()];
+    }
+    ctd.run_spec(&all).unwrap().check().unwrap();
     ctd.wait_for_status("all", "RUNNING", GRACE).unwrap();
     let own_session = wait_for_proc(&ctd, "all", "sleep 1001", |c| c == "sleep 1001");
     let same_group = wait_for_proc(&ctd, "all", "sleep 1002", |c| c == "sleep 1002");

@@ -187,8 +187,8 @@ fn exec_setup(a: &mut ExecArgs) -> Result<Prepared, String> {
         user::oom_score_adj(v)?;
     }
     // startContainer hooks are a container-level step: execs run none.
-    let mut p = exec::prepare(&a.process, a.seccomp.as_ref(), Vec::new())
-        .map_err(|e| e.to_string())?;
+    let mut p =
+        exec::prepare(&a.process, a.seccomp.as_ref(), Vec::new()).map_err(|e| e.to_string())?;
     exec::finalize(&mut p).map_err(|e| e.to_string())?;
     Ok(p)
 }

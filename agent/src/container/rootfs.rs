@@ -9,10 +9,10 @@ use nix::mount::MsFlags;
 use oci_spec::runtime::Spec;
 use rund_proto::ContainerOptions;
 
+use super::devices;
 use super::fds::PassedFds;
 use super::mounts::{self, MountCtx};
 use super::paths::secure_join;
-use super::devices;
 use crate::sys::raw::{self, MOUNT_ATTR_RDONLY};
 use crate::sys::{Linux, Syscall};
 

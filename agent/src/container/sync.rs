@@ -40,10 +40,7 @@ pub const EXEC_NS: [&str; 6] = ["net", "ipc", "uts", "cgroup", "pid", "mnt"];
 /// Child side: sends its own namespaces, except those it shares with the
 /// agent (joining those is a no-op, and setns of one's own cgroup
 /// namespace can even be refused).
-pub fn report_namespaces(
-    sock: BorrowedFd<'_>,
-    shared_with_agent: &[&str],
-) -> Result<(), String> {
+pub fn report_namespaces(sock: BorrowedFd<'_>, shared_with_agent: &[&str]) -> Result<(), String> {
     let mut names = Vec::new();
     let mut fds = Vec::new();
     for name in EXEC_NS.iter().filter(|n| !shared_with_agent.contains(n)) {

@@ -61,18 +61,21 @@ pub async fn container(
     let id = req.container_id.as_str();
     crate::debug!("CreateContainer {id} (fd batch {})", req.fd_seq);
     let reserved = reserve_container(svc, id)?;
-    let (mut kinds, mut fds) = svc
-        .fdpass
-        .take(req.fd_seq)
-        .await
-        .map_err(|e| err(ttrpc::Code::INVALID_ARGUMENT, format!("container {id}: {e}")))?;
+    let (mut kinds, mut fds) = svc.fdpass.take(req.fd_seq).await.map_err(|e| {
+        err(
+            ttrpc::Code::INVALID_ARGUMENT,
+            format!("container {id}: {e}"),
+        )
+    })?;
     let opts = req.options.clone().unwrap_or_default();
     let passed_init = take_kind(&mut kinds, &mut fds, &FdKind::Init);
     let init_bin = if opts.use_init {
-        let fd = svc
-            .init_bin
-            .get(passed_init)
-            .map_err(|e| err(ttrpc::Code::FAILED_PRECONDITION, format!("container {id}: {e}")))?;
+        let fd = svc.init_bin.get(passed_init).map_err(|e| {
+            err(
+                ttrpc::Code::FAILED_PRECONDITION,
+                format!("container {id}: {e}"),
+            )
+        })?;
         Some(fd)
     } else {
         None
@@ -93,7 +96,14 @@ pub async fn container(
     let pid = c.init.pid.as_raw() as u32;
     svc.state().containers.insert(id.to_string(), c);
     drop(reserved);
-    crate::info!("created {id}: pid {pid}{}", if paused { " (paused before pivot_root)" } else { "" });
+    crate::info!(
+        "created {id}: pid {pid}{}",
+        if paused {
+            " (paused before pivot_root)"
+        } else {
+            ""
+        }
+    );
     Ok(CreateContainerResponse {
         pid,
         paused,
@@ -118,13 +128,19 @@ pub async fn resume(svc: &AgentService, id: &str) -> ttrpc::Result<()> {
             ));
         }
         let sync = c.init.sync.take().ok_or_else(|| {
-            err(ttrpc::Code::FAILED_PRECONDITION, format!("container {id} is being resumed"))
+            err(
+                ttrpc::Code::FAILED_PRECONDITION,
+                format!("container {id} is being resumed"),
+            )
         })?;
         (sync, c.init.pid)
     };
     let fail = |message: String| {
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
-        err(ttrpc::Code::FAILED_PRECONDITION, format!("container {id}: {message}"))
+        err(
+            ttrpc::Code::FAILED_PRECONDITION,
+            format!("container {id}: {message}"),
+        )
     };
     let _ = nix::sys::socket::send(
         sync.as_raw_fd(),
@@ -165,17 +181,16 @@ pub async fn exec(
                 format!("exec {exec_id} of container {id} already exists"),
             ));
         }
-        let ns: Result<Vec<_>, _> = c
-            .ns
-            .iter()
-            .map(|(name, fd)| fd.try_clone().map(|d| (name.clone(), d)))
-            .collect();
+        let ns: Result<Vec<_>, _> =
+            c.ns.iter()
+                .map(|(name, fd)| fd.try_clone().map(|d| (name.clone(), d)))
+                .collect();
         let ns = ns.map_err(|e| err(ttrpc::Code::INTERNAL, format!("dup ns fd: {e}")))?;
         c.starting_execs.insert(exec_id.to_string());
         ExecContext {
             ns,
             seccomp: c.seccomp.clone(),
-            own_pidns: c.pidns.is_some(),
+            own_pidns: c.ns.iter().any(|(name, _)| name == "pid"),
         }
     };
     let reserved = Reserved {
@@ -183,11 +198,12 @@ pub async fn exec(
         id: id.to_string(),
         exec_id: Some(exec_id.to_string()),
     };
-    let fds = svc
-        .fdpass
-        .take(req.fd_seq)
-        .await
-        .map_err(|e| err(ttrpc::Code::INVALID_ARGUMENT, format!("exec {exec_id}: {e}")))?;
+    let fds = svc.fdpass.take(req.fd_seq).await.map_err(|e| {
+        err(
+            ttrpc::Code::INVALID_ARGUMENT,
+            format!("exec {exec_id}: {e}"),
+        )
+    })?;
     let (child, sync) = spawn::fork_exec(&svc.reaper, ctx, id, exec_id, &req.oci_process, fds)
         .await
         .map_err(spawn_err)?;
@@ -196,7 +212,8 @@ pub async fn exec(
         let mut st = svc.state();
         // The container may have been deleted meanwhile: the guard kills the child.
         let c = st.containers.get_mut(id).ok_or_else(|| not_found(id, ""))?;
-        c.execs.insert(exec_id.to_string(), child.commit(Some(sync)));
+        c.execs
+            .insert(exec_id.to_string(), child.commit(Some(sync)));
     }
     drop(reserved);
     crate::info!("created {id}/{exec_id}: pid {pid}");

@@ -16,7 +16,10 @@ pub async fn sandbox(svc: &AgentService, grace: Duration) {
             let _ = w.wait_for(|e| e.is_some()).await;
         }
     };
-    if tokio::time::timeout(grace, all(waits.clone())).await.is_err() {
+    if tokio::time::timeout(grace, all(waits.clone()))
+        .await
+        .is_err()
+    {
         crate::info!("grace period over: killing what is left");
     }
     kill_all(svc);

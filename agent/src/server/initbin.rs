@@ -49,9 +49,8 @@ fn seal_copy(src: OwnedFd) -> Result<OwnedFd, InitBinError> {
     check_static(&bytes)?;
     let name = c"rund-init";
     // SAFETY: memfd_create takes a NUL-terminated name and flags; returns a new fd or -1.
-    let fd = unsafe {
-        libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
-    };
+    let fd =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
     if fd < 0 {
         return Err(InitBinError::Memfd(std::io::Error::last_os_error()));
     }
@@ -97,7 +96,10 @@ mod tests {
         // The test binary itself is dynamically linked.
         let me = std::fs::read("/proc/self/exe").unwrap();
         assert!(matches!(check_static(&me), Err(InitBinError::Dynamic)));
-        assert!(matches!(check_static(b"#!/bin/sh\n"), Err(InitBinError::NotElf)));
+        assert!(matches!(
+            check_static(b"#!/bin/sh\n"),
+            Err(InitBinError::NotElf)
+        ));
         // busybox-static has no loader.
         if let Ok(bb) = std::fs::read("/bin/busybox") {
             check_static(&bb).unwrap();
@@ -115,7 +117,10 @@ mod tests {
         drop(again);
         let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&f));
         if let Ok(mut w) = std::fs::OpenOptions::new().write(true).open(path) {
-            assert!(w.write_all(b"x").is_err(), "a reopened sealed copy took a write");
+            assert!(
+                w.write_all(b"x").is_err(),
+                "a reopened sealed copy took a write"
+            );
         }
     }
 }

@@ -272,7 +272,11 @@ impl Agent for AgentService {
         _ctx: &TtrpcContext,
         req: DestroySandboxRequest,
     ) -> ttrpc::Result<Empty> {
-        destroy::sandbox(self, std::time::Duration::from_secs(req.grace_seconds.into())).await;
+        destroy::sandbox(
+            self,
+            std::time::Duration::from_secs(req.grace_seconds.into()),
+        )
+        .await;
         self.destroyed.notify_one();
         Ok(Empty::default())
     }

@@ -14,7 +14,7 @@ use rund_proto::{ContainerOptions, NsSource};
 use tokio::io::unix::AsyncFd;
 
 use super::channel::{await_settled, nonblocking, FdMsg, Reports, Settled};
-use super::state::{ns_inode, Container, Proc};
+use super::state::{Container, Proc};
 use crate::container::child::{exec_main, init_main, ExecArgs, InitArgs};
 use crate::container::fds::PassedFds;
 use crate::reaper::{ExitRx, Reaper};
@@ -209,14 +209,14 @@ pub async fn fork_container(
     let child = ChildGuard::new(reaper, pid);
     let (child, settled, reports, sync) =
         settle(child, sync, plan.source("pid") == NsSource::NS_FD)
-        .await
-        .map_err(|mut e| {
-            e.message = format!(
-                "container {id}: {}",
-                e.message.trim_start_matches(&format!("container {id}: "))
-            );
-            e
-        })?;
+            .await
+            .map_err(|mut e| {
+                e.message = format!(
+                    "container {id}: {}",
+                    e.message.trim_start_matches(&format!("container {id}: "))
+                );
+                e
+            })?;
     Ok(Forked {
         child,
         settled,
@@ -229,10 +229,15 @@ pub async fn fork_container(
 /// The table entry of a container whose init stopped (ready or paused).
 pub fn container_entry(forked: Forked, opts: &ContainerOptions, paused: bool) -> Container {
     let plan = opts.namespaces.clone().unwrap_or_default();
-    let raw = forked.child.pid.as_raw();
-    let pidns = (plan.source("pid") != NsSource::NS_SANDBOX)
-        .then(|| ns_inode(raw, "pid"))
-        .flatten();
+    // From the fd the init sent: its own /proc files are closed to us while
+    // it is not dumpable.
+    let pidns = forked
+        .reports
+        .ns
+        .iter()
+        .find(|(name, _)| name == "pid")
+        .and_then(|(_, fd)| nix::sys::stat::fstat(fd).ok())
+        .map(|st| st.st_ino);
     let seccomp = forked
         .spec
         .linux()

@@ -51,9 +51,8 @@ fn spawn_blocking(plan: SpawnPlan) -> Result<Spawned, SandboxError> {
     let (sync_shim, sync_agent) = seqpacket()?;
     // Exec the agent through a read-only mount of its binary: inside a
     // container, /proc/<agent or exec>/exe cannot be opened for writing.
-    let exe = crate::rootfs::detached::readonly_file(&plan.agent_bin).map_err(|e| {
-        SandboxError::Spawn(format!("{}: {e}", plan.agent_bin.display()))
-    })?;
+    let exe = crate::rootfs::detached::readonly_file(&plan.agent_bin)
+        .map_err(|e| SandboxError::Spawn(format!("{}: {e}", plan.agent_bin.display())))?;
     let exe = high_fd(exe)?;
 
     let mut cmd = Command::new(format!("/proc/self/fd/{}", exe.as_raw_fd()));

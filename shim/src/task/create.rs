@@ -71,17 +71,21 @@ async fn steps(
     undo: &mut Undo,
 ) -> Result<Container> {
     let role = spec::role(&spec);
+    // The pod's first container claims the sandbox and decides the config.
+    let claim = match role {
+        Role::Standalone | Role::PodSandbox => Some(super::pod::claim_first(svc, req)?),
+        Role::PodContainer { .. } => None,
+    };
     // Find the cgroup hierarchies (once per shim) while the sandbox starts.
     let cgroups_ready = {
         let svc = svc.clone();
         tokio::task::spawn_blocking(move || svc.cgroups())
     };
     let mut phases = Phases::start();
-    let sandbox = match &role {
-        Role::Standalone | Role::PodSandbox => {
-            super::pod::start(svc, req, bundle, &spec, undo).await?
-        }
-        Role::PodContainer { sandbox_id } => svc.sandbox().ok_or_else(|| {
+    let sandbox = match (&role, claim) {
+        (_, Some(claim)) => super::pod::start(svc, claim, req, bundle, &spec, undo).await?,
+        (Role::Standalone | Role::PodSandbox, None) => unreachable!("claimed above"),
+        (Role::PodContainer { sandbox_id }, None) => svc.sandbox().ok_or_else(|| {
             ShimError::FailedPrecondition(format!(
                 "pod sandbox {sandbox_id} is not running in this shim"
             ))
@@ -104,7 +108,15 @@ async fn steps(
         phases.mark("place");
         phases.record(&req.id, config.trace.phases_file.as_deref());
         let init = Arc::new(Process::new("", sandbox.pid(), 1, stdio, None, None));
-        return Ok(Container::new(&req.id, bundle, spec, true, false, Some(cg), init));
+        return Ok(Container::new(
+            &req.id,
+            bundle,
+            spec,
+            true,
+            false,
+            Some(cg),
+            init,
+        ));
     }
 
     let use_init = spec::use_init(&spec, config.init.enabled, &config.init.skip_for)?;
@@ -217,7 +229,15 @@ async fn steps(
         spawned.stdin,
         spawned.pty,
     ));
-    Ok(Container::new(&req.id, bundle, spec, false, mounted, Some(cg), init))
+    Ok(Container::new(
+        &req.id,
+        bundle,
+        spec,
+        false,
+        mounted,
+        Some(cg),
+        init,
+    ))
 }
 
 /// The container's cgroup (claimed or made), destroyed again on undo.

@@ -43,10 +43,7 @@ pub async fn exec(svc: &Arc<Service>, req: ExecProcessRequest) -> Result<()> {
         .sandbox()
         .ok_or_else(|| ShimError::FailedPrecondition("the sandbox is gone".into()))?;
     let reserved = c.reserve_exec(&req.exec_id).ok_or_else(|| {
-        ShimError::AlreadyExists(format!(
-            "exec {} already exists in {}",
-            req.exec_id, req.id
-        ))
+        ShimError::AlreadyExists(format!("exec {} already exists in {}", req.exec_id, req.id))
     })?;
     let stdio = io::Stdio::of(&req.stdin, &req.stdout, &req.stderr, req.terminal);
     let mut undo = Undo::new(format!("exec {} in {}", req.exec_id, req.id));

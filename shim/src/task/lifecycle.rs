@@ -9,6 +9,7 @@ use containerd_shim_protos::api::Status as ApiStatus;
 use containerd_shim_protos::api::{
     DeleteResponse, PidsResponse, StartResponse, StateResponse, WaitResponse,
 };
+use containerd_shim_protos::ttrpc;
 use containerd_shim_protos::types::task::ProcessInfo;
 
 use super::events::timestamp_ns;
@@ -124,6 +125,17 @@ pub async fn kill(
         if let Some(cg) = &c.cgroup {
             cg.signal_all(signal as i32).await?;
         }
+        // The kernel drops a signal a namespace PID 1 has no handler for:
+        // the agent carries out its default action (unless it died already).
+        return match sb
+            .agent
+            .signal(id, exec_id, signal)
+            .await
+            .map_err(ShimError::from)
+        {
+            Err(e) if e.code() == ttrpc::Code::NOT_FOUND => Ok(()),
+            r => r,
+        };
     }
     if c.is_pod_sandbox {
         // Killing the pod sandbox ends the pod: grace only for a catchable signal.
@@ -292,7 +304,9 @@ pub async fn pids(svc: &Arc<Service>, id: &str) -> Result<PidsResponse> {
         .filter_map(|(inner, exec_id)| {
             map.get(&inner).map(|host| ProcessInfo {
                 pid: *host as u32,
-                info: (!exec_id.is_empty()).then(|| process_details(&exec_id)).into(),
+                info: (!exec_id.is_empty())
+                    .then(|| process_details(&exec_id))
+                    .into(),
                 ..Default::default()
             })
         })

@@ -107,7 +107,10 @@ impl Service {
         if !self.lock_creating().insert(id.to_string()) {
             return Err(exists());
         }
-        let r = Reservation { svc: self, id: id.to_string() };
+        let r = Reservation {
+            svc: self,
+            id: id.to_string(),
+        };
         if self.containers.lock().await.contains_key(id) {
             return Err(exists());
         }

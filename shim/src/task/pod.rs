@@ -64,19 +64,25 @@ pub fn claim<'a>(slot: &'a Mutex<Slot>, id: &str) -> Result<Claim<'a>> {
     Ok(Claim { slot, done: false })
 }
 
+/// Claims the slot for the pod's first container and switches to the config
+/// its runtime options name (later containers share it).
+pub fn claim_first<'a>(svc: &'a Service, req: &CreateTaskRequest) -> Result<Claim<'a>> {
+    let claim = claim(&svc.sandbox, &req.id)?;
+    if let Some(path) = super::options::config_path(req.options.as_ref())? {
+        svc.use_config(crate::config::RundConfig::load(Some(Path::new(&path)))?);
+    }
+    Ok(claim)
+}
+
 pub async fn start(
     svc: &Arc<Service>,
+    claim: Claim<'_>,
     req: &CreateTaskRequest,
     bundle: &Path,
     spec: &Spec,
     undo: &mut Undo,
 ) -> Result<Arc<Sandbox>> {
     let id = req.id.as_str();
-    let claim = claim(&svc.sandbox, id)?;
-    // The pod's first container decides the config; later ones share it.
-    if let Some(path) = super::options::config_path(req.options.as_ref())? {
-        svc.use_config(crate::config::RundConfig::load(Some(Path::new(&path)))?);
-    }
     let config = svc.config();
     let grace = spec::grace_seconds(spec)?.unwrap_or(config.grace_period_seconds);
     let ns = spec::namespaces::sandbox_namespaces(spec)?;

@@ -162,7 +162,12 @@ impl Container {
         if exec_id.is_empty() {
             return Some(self.init.clone());
         }
-        self.execs.lock().expect("execs").get(exec_id).cloned().flatten()
+        self.execs
+            .lock()
+            .expect("execs")
+            .get(exec_id)
+            .cloned()
+            .flatten()
     }
 
     /// Reserves an exec id; `None` if it is taken.

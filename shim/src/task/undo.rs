@@ -52,7 +52,10 @@ impl Drop for Undo {
         }
         let steps = std::mem::take(&mut self.steps);
         let what = std::mem::take(&mut self.what);
-        tracing::warn!("{what}: request dropped half-way; undoing {} steps", steps.len());
+        tracing::warn!(
+            "{what}: request dropped half-way; undoing {} steps",
+            steps.len()
+        );
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move { run(&what, steps).await });
         }
@@ -64,7 +67,10 @@ mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
 
-    fn log_step(log: &Arc<Mutex<Vec<&'static str>>>, name: &'static str) -> impl Future<Output = ()> {
+    fn log_step(
+        log: &Arc<Mutex<Vec<&'static str>>>,
+        name: &'static str,
+    ) -> impl Future<Output = ()> {
         let log = log.clone();
         async move { log.lock().unwrap().push(name) }
     }
