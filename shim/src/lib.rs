@@ -6,6 +6,7 @@ pub mod config;
 pub mod entry;
 pub mod error;
 pub mod io;
+pub mod policy;
 pub mod rlimit;
 pub mod rootfs;
 pub mod sandbox;

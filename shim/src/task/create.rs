@@ -96,7 +96,11 @@ async fn create_inner(
     let role = spec::role(&spec);
     let config = svc.config();
     let use_init = spec::use_init(&spec, config.init.enabled, &config.init.skip_for)?;
-    let grace = spec::grace_seconds(&spec)?.unwrap_or(config.grace_period_seconds);
+    let grace = crate::policy::limits::grace_seconds(
+        &config.policy,
+        spec::grace_seconds(&spec)?,
+        config.grace_period_seconds,
+    )?;
     let on_failure = memlock::OnFailure::parse(&config.memlock.on_failure)?;
     let stdio_info = StdioInfo {
         stdin: req.stdin.clone(),
@@ -116,7 +120,7 @@ async fn create_inner(
     let mut phases = Phases::start();
     let sandbox = match &role {
         Role::Standalone | Role::PodSandbox => {
-            let sb = start_sandbox(svc, &req.id, &spec, grace).await?;
+            let sb = start_sandbox(svc, req, &spec, grace).await?;
             crate::entry::serve::record_agent(bundle, sb.pid());
             undo.sandbox = Some(sb.clone());
             *svc.sandbox.lock().await = Some(sb.clone());
@@ -170,7 +174,7 @@ async fn create_inner(
     let rlimits = devices.rlimits.clone();
     crate::rlimit::validate(&rlimits)?;
     let host_sysfs = super::userns::sysfs_to_bind(&mut spec, &sandbox);
-    let binds = super::userns::binds_mode(&spec, svc)?;
+    let binds = super::userns::container_binds(&spec, svc, &sandbox, &req.id)?;
 
     let root_path = spec
         .root()
@@ -328,10 +332,11 @@ async fn finish(
 
 async fn start_sandbox(
     svc: &Arc<Service>,
-    id: &str,
+    req: &CreateTaskRequest,
     spec: &Spec,
     grace: u32,
 ) -> Result<Arc<Sandbox>> {
+    let id = req.id.as_str();
     if svc.sandbox.lock().await.is_some() {
         return Err(ShimError::FailedPrecondition(format!(
             "this shim already runs a sandbox; container {id} is not part of it"
@@ -346,7 +351,7 @@ async fn start_sandbox(
         .hostname()
         .clone()
         .filter(|h| !h.is_empty() && ns.new_uts);
-    let userns = super::userns::plan(svc, spec, id).await?;
+    let userns = super::userns::plan(svc, spec, id, Path::new(&req.bundle), &req.rootfs).await?;
     let config = LaunchConfig {
         sandbox_id: id.to_string(),
         userns: userns.is_some(),
@@ -373,6 +378,9 @@ async fn start_sandbox(
         agent_bin: svc.config().agent_binary(),
         log,
     };
+    // Data for the launcher: sysctls for a host-owned pod netns.
+    let pod_sysctls = userns.as_ref().map(|u| u.pod_sysctls.clone());
+    tracing::debug!(id, ?pod_sysctls, "pod sysctls to apply");
     let info = userns.map(|u| u.info);
     let lease = info.as_ref().and_then(|i| i.lease.as_ref()).is_some();
     match Sandbox::start(plan, Duration::from_secs(grace as u64), info).await {
