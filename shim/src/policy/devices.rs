@@ -71,7 +71,7 @@ pub fn admit(
             let key = "[policy] allowed_gpus";
             let has = |e: &str| policy.allowed_gpus.iter().any(|a| a == e);
             let refuse = match &req.gpus {
-                _ if policy.allowed_gpus.is_empty() => Some("it is empty".to_string()),
+                _ if policy.allowed_gpus.is_empty() => Some("the list is empty".to_string()),
                 GpuSelection::All if !has("all") => Some("\"all\" is not listed".into()),
                 GpuSelection::DriverOnly if !has("all") && !has("none") => {
                     Some("neither \"none\" nor \"all\" is listed".into())
@@ -94,7 +94,7 @@ pub fn admit(
         let key = "[policy] allowed_rdma_devices";
         let all = policy.allowed_rdma_devices.iter().any(|a| a == "all");
         if policy.allowed_rdma_devices.is_empty() {
-            return Err(PolicyError::new(request, key, "it is empty"));
+            return Err(PolicyError::new(request, key, "the list is empty"));
         }
         if req.rdma == RdmaSelection::All && !all {
             return Err(PolicyError::new(request, key, "\"all\" is not listed"));

@@ -156,7 +156,7 @@ fn pod_sysctls(spec: &Spec) -> Vec<(String, String)> {
 
 fn refuse_privileged(container: &str, why: &str) -> PolicyError {
     PolicyError::new(
-        format!("container {container}: {why}"),
+        format!("container {container} ({why})"),
         "[userns] on_privileged",
         "it is \"refuse\", and [userns] mode = \"always\" runs every pod in a user namespace; \
          on_privileged = \"host\" runs such pods without one",

@@ -160,6 +160,7 @@ fn fs_name(fd: BorrowedFd<'_>) -> String {
         0x1cd1 => "devpts",
         0x6462_6720 => "debugfs",
         0x7363_6673 => "securityfs",
+        0x8584_58f6 => "ramfs",
         _ => return format!("type {magic:#x}"),
     };
     name.into()

@@ -30,7 +30,7 @@ pub fn needs_host(spec: &Spec, host_netns: bool, caps: &[Capability]) -> Option<
             })
         });
     if all_devices {
-        return Some("it is privileged (its device rules allow every device)".into());
+        return Some("privileged: its device rules allow every device".into());
     }
     if !host_netns {
         return None;
@@ -46,8 +46,7 @@ pub fn needs_host(spec: &Spec, host_netns: bool, caps: &[Capability]) -> Option<
     };
     let c = caps.iter().find(|c| held(c))?;
     Some(format!(
-        "it holds {}, which acts only in a network namespace its user namespace owns, and the \
-         pod's network namespace belongs to the host",
+        "holds {} in a network namespace the host owns, where only the host's root may use it",
         cap_name(c)
     ))
 }

@@ -58,7 +58,7 @@ fn env_gpus_are_ignored_by_default_and_noted() {
     let p = policy("[policy]\naccept_nvidia_visible_devices_env = true\n");
     let e = admit(&p, &s, None, req(&s)).unwrap_err().to_string();
     assert!(
-        e.contains("[policy] allowed_gpus") && e.contains("it is empty"),
+        e.contains("[policy] allowed_gpus") && e.contains("the list is empty"),
         "{e}"
     );
     let p =
