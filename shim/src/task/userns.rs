@@ -354,3 +354,62 @@ pub fn sysfs_to_bind(spec: &mut Spec, sandbox: &Sandbox) -> Vec<usize> {
     spec.set_mounts(Some(mounts));
     replaced
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pod_sysctls_leave_what_the_spec_sets() {
+        let spec = |sysctl: &str| {
+            let text = format!(
+                r#"{{"ociVersion":"1.0.2","root":{{"path":"rootfs"}},"linux":{{"sysctl":{{{sysctl}}}}}}}"#
+            );
+            crate::spec::parse(text.as_bytes()).unwrap()
+        };
+        let all = pod_sysctls(&spec(""));
+        assert_eq!(
+            all,
+            vec![
+                ("net.ipv4.ip_unprivileged_port_start".into(), "0".into()),
+                ("net.ipv4.ping_group_range".into(), "0 2147483647".into()),
+            ]
+        );
+        let own = pod_sysctls(&spec(r#""net.ipv4.ip_unprivileged_port_start":"1024""#));
+        assert_eq!(
+            own,
+            vec![("net.ipv4.ping_group_range".into(), "0 2147483647".into())]
+        );
+    }
+
+    #[test]
+    fn idmap_candidates_are_the_sources_that_would_be_idmapped() {
+        let text = r#"{"ociVersion":"1.0.2","root":{"path":"rootfs"},"mounts":[
+            {"destination":"/data","type":"bind","source":"/tmp","options":["rbind"]},
+            {"destination":"/dev/fuse","type":"bind","source":"/dev/fuse","options":["bind"]},
+            {"destination":"/p","type":"bind","source":"/proc/sys","options":["rbind"]},
+            {"destination":"/gone","type":"bind","source":"/nonexistent-rund","options":["bind"]},
+            {"destination":"/proc","type":"proc","source":"proc"}]}"#;
+        let spec = crate::spec::parse(text.as_bytes()).unwrap();
+        let bundle = Path::new("/b");
+        let got = idmap_candidates(bundle, &[], &spec).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                (PathBuf::from("/b/rootfs"), true),
+                (PathBuf::from("/tmp"), true)
+            ]
+        );
+        let overlay = Mount {
+            type_: "overlay".into(),
+            source: "overlay".into(),
+            options: vec!["lowerdir=/l1:/l2".into(), "upperdir=/u".into()],
+            ..Default::default()
+        };
+        let got = idmap_candidates(bundle, &[overlay], &spec).unwrap();
+        assert_eq!(
+            got[..2],
+            [(PathBuf::from("/l1"), false), (PathBuf::from("/l2"), false)]
+        );
+    }
+}
