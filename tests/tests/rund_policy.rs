@@ -289,3 +289,76 @@ async fn refusals_are_permission_denied() {
     let ended = d.finish().await;
     assert!(ended.by_itself, "{ended:?}");
 }
+
+/// The allow-lists are checked per resolved device, against the honest doubles of rund_devices
+/// (a fake sysfs/dev tree, a fake libnvidia-ml.so): a GPU named by index is allowed by its
+/// UUID, another GPU or RDMA device is refused naming it.
+#[test]
+fn allow_lists_are_checked_per_device() {
+    use rund_devices::testutil::{build_fake_nvml, FakeHost, FAKE_GPU_UUIDS};
+    let Some((ctd, rootfs)) = start("allow_lists_are_checked_per_device") else {
+        return;
+    };
+    let host = FakeHost::build(&ctd.dir.join("fakehost")).unwrap();
+    if let Some(e) = &host.mknod_error {
+        panic!("cannot create fake device nodes: {e}");
+    }
+    let nvml = build_fake_nvml(&ctd.dir.join("nvml")).unwrap();
+    let mut t = toml::Table::new();
+    let devices = host.config_with_nvml(&nvml);
+    t.insert("devices".into(), toml::Value::try_from(&devices).unwrap());
+    let table = |k: &str, v: toml::Value| toml::Table::from_iter([(k.to_string(), v)]);
+    t.insert("verify".into(), table("verify", "off".into()).into());
+    let clamp = table("on_failure", "clamp-with-warning".into());
+    t.insert("memlock".into(), clamp.into());
+    let mut p = toml::Table::new();
+    let list = |v: &str| toml::Value::Array(vec![v.into()]);
+    p.insert("allowed_gpus".into(), list(FAKE_GPU_UUIDS[0]));
+    p.insert("allowed_rdma_devices".into(), list("mlx5_0"));
+    t.insert("policy".into(), p.into());
+    let cfg = config(&ctd, "lists.toml", &toml::to_string(&t).unwrap());
+    let before = LeakSnapshot::take(&ctd);
+    let with = |ann: &str| ["--runtime-config-path", &cfg, "--annotation", ann].map(String::from);
+    let flags = with("rund.io/gpus=0");
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let out = run(
+        &ctd,
+        &rootfs,
+        "gpu0",
+        &["sh", "-c", "ls /dev/nvidia3"],
+        &flags,
+    );
+    assert!(out.success(), "GPU 0 is allowed by its UUID: {out:?}");
+    let refused = [
+        ("gpu1", "rund.io/gpus=1", "GPU 1 (", "[policy] allowed_gpus"),
+        (
+            "gpuall",
+            "rund.io/gpus=all",
+            "\"all\" is not listed",
+            "[policy] allowed_gpus",
+        ),
+        (
+            "ib1",
+            "rund.io/rdma-devices=mlx5_1",
+            "RDMA device mlx5_1",
+            "allowed_rdma_devices",
+        ),
+    ];
+    for (id, ann, what, key) in refused {
+        let flags = with(ann);
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let out = run(&ctd, &rootfs, id, &["true"], &flags);
+        assert_refused(&ctd, &before, &out, &[what, key]);
+    }
+    let flags = with("rund.io/rdma-devices=mlx5_0");
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let out = run(
+        &ctd,
+        &rootfs,
+        "ib0",
+        &["sh", "-c", "ls /dev/infiniband/uverbs0"],
+        &flags,
+    );
+    assert!(out.success(), "mlx5_0 is listed: {out:?}");
+    assert_no_leaks_within(&ctd, &before, SETTLE);
+}
