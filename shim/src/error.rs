@@ -42,6 +42,8 @@ pub enum ShimError {
     Userns(#[from] crate::userns::UsernsError),
     #[error(transparent)]
     Hook(#[from] crate::hooks::HookError),
+    #[error(transparent)]
+    Policy(#[from] crate::policy::PolicyError),
     #[error("{0}")]
     Internal(String),
 }
@@ -58,6 +60,8 @@ impl ShimError {
             }
             ShimError::Config(_) => Code::INVALID_ARGUMENT,
             ShimError::Gate(_) | ShimError::Hook(_) => Code::FAILED_PRECONDITION,
+            ShimError::Policy(_) => Code::PERMISSION_DENIED,
+            ShimError::Userns(e) if e.is_refused() => Code::PERMISSION_DENIED,
             ShimError::Userns(e) if e.is_bad_input() => Code::INVALID_ARGUMENT,
             ShimError::Userns(e) if e.is_exhausted() => Code::RESOURCE_EXHAUSTED,
             ShimError::Userns(_) => Code::FAILED_PRECONDITION,
@@ -117,5 +121,16 @@ mod tests {
         let e = ShimError::from(agent);
         assert_eq!(e.code(), Code::NOT_FOUND);
         assert_eq!(e.message(), "exec: \"nope\": not found");
+    }
+
+    #[test]
+    fn policy_refusals_are_permission_denied() {
+        let refused = crate::policy::PolicyError::new("annotation x", "[policy] y", "no");
+        assert_eq!(
+            ShimError::from(refused.clone()).code(),
+            Code::PERMISSION_DENIED
+        );
+        let userns = crate::userns::UsernsError::from(refused);
+        assert_eq!(ShimError::from(userns).code(), Code::PERMISSION_DENIED);
     }
 }

@@ -7,6 +7,7 @@ pub mod entry;
 pub mod error;
 pub mod hooks;
 pub mod io;
+pub mod policy;
 pub mod rlimit;
 pub mod rootfs;
 pub mod sandbox;

@@ -106,12 +106,40 @@ fn doctor_reports_the_memlock_hard_limit_in_force() {
         "idmapped mounts:",
         "NVML:",
         "RDMA:",
+        "mode requested",
+        "policy ([policy]",
+        "allowed_gpus                        none",
     ] {
         assert!(out.contains(key), "missing {key}: {out}");
     }
     if expect == "create-fails" {
         assert!(out.contains("LimitMEMLOCK=infinity"), "{out}");
     }
+}
+
+#[test]
+fn doctor_prints_the_policy_in_force() {
+    let e = env("[policy]\nallowed_rdma_devices = [\"mlx5_0\"]\nallow_userns_host = true\n[userns]\nmode = \"always\"");
+    let out = text(&rund(&e.config, &["doctor"]).stdout);
+    for needle in [
+        "mode always (every pod)",
+        "allow_userns_host                   honoured",
+        "allowed_rdma_devices                mlx5_0",
+    ] {
+        assert!(out.contains(needle), "missing {needle}: {out}");
+    }
+    let v = json_of(&rund(&e.config, &["doctor", "--json"]));
+    assert_eq!(v["policy"]["allowed_rdma_devices"][0], "mlx5_0", "{v}");
+    assert_eq!(v["userns"]["mode"], "always", "{v}");
+    // A bad policy value is an error naming the key.
+    let e = env("[policy]\nallowed_gpus = [\"first\"]");
+    let o = rund(&e.config, &["doctor"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("allowed_gpus"),
+        "{}",
+        text(&o.stderr)
+    );
 }
 
 #[test]

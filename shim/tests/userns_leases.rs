@@ -13,10 +13,10 @@ const WORKER_ENV: &str = "RUND_USERNS_LEASE_WORKER";
 
 fn cfg(base: u32, count: u32) -> UsernsConfig {
     UsernsConfig {
-        enabled: true,
         base,
         size: 1000,
         count,
+        ..Default::default()
     }
 }
 
@@ -177,10 +177,10 @@ fn corrupt_file_is_an_error_and_repair_recovers_live_namespaces() {
     let dir = tempfile::tempdir().unwrap();
     // A pool far from anything else on the node.
     let c = UsernsConfig {
-        enabled: true,
         base: 3_000_000_000,
         size: 1000,
         count: 4,
+        ..Default::default()
     };
     let store = LeaseStore::new(dir.path(), &c).unwrap();
     std::fs::create_dir_all(dir.path()).unwrap();

@@ -29,9 +29,22 @@ pub struct Env {
     pub state: PathBuf,
 }
 
-/// Runs `body` against a fresh [`Env`] whose pool has `count` ranges, then asserts that no
-/// lease is left and nothing leaked since just before `body`.
+/// Runs `body` against a fresh [`Env`] whose pool has `count` ranges and whose rund config
+/// remaps every pod (`mode = "always"`), then asserts that no lease is left and nothing leaked
+/// since just before `body`.
 pub fn userns_test(test: &str, count: u64, body: impl FnOnce(&Env, &LeakSnapshot)) {
+    userns_test_with(test, count, "always", "", body)
+}
+
+/// [`userns_test`] with `[userns] mode = <mode>` and `extra` appended to the `[userns]` table
+/// of the rund config (TOML: further `[userns]` keys, then other tables).
+pub fn userns_test_with(
+    test: &str,
+    count: u64,
+    mode: &str,
+    extra: &str,
+    body: impl FnOnce(&Env, &LeakSnapshot),
+) {
     if runtime_under_test() != RUND_RUNTIME {
         eprintln!(
             "SKIP {test}: per-sandbox user namespaces are rund's, not {}",
@@ -50,7 +63,7 @@ pub fn userns_test(test: &str, count: u64, body: impl FnOnce(&Env, &LeakSnapshot
     let rootfs = ctd.busybox_rootfs().unwrap();
     let (state, config) = (ctd.dir.join("rund-state"), ctd.dir.join("rund.toml"));
     let toml = format!(
-        "state_dir = {:?}\n[userns]\nenabled = true\nbase = {BASE}\nsize = {SIZE}\ncount = {count}\n",
+        "state_dir = {:?}\n[userns]\nmode = {mode:?}\nbase = {BASE}\nsize = {SIZE}\ncount = {count}\n{extra}",
         state.display().to_string()
     );
     std::fs::write(&config, toml).unwrap();
@@ -182,6 +195,9 @@ impl Env {
         );
     }
 }
+
+/// The identity map of the host user namespace, as `/proc/self/uid_map` shows it.
+pub const HOST_MAP: (u64, u64, u64) = (0, 0, 4_294_967_295);
 
 /// A leased range is one of the pool's slots.
 pub fn assert_pool_slot(base: u64) {

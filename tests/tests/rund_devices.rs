@@ -76,11 +76,20 @@ impl Env {
         let mut m = toml::Table::new();
         m.insert("on_failure".into(), on_failure.into());
         t.insert("memlock".into(), m.into());
-        // The device-cgroup probes mknod inside, which a user namespace
-        // forbids; devices_under_a_user_namespace covers that case.
+        // The default mode: no user namespace unless asked (the device-cgroup
+        // probes mknod inside, which a user namespace forbids;
+        // devices_under_a_user_namespace covers that case).
         let mut u = toml::Table::new();
-        u.insert("enabled".into(), false.into());
+        u.insert("mode".into(), "requested".into());
         t.insert("userns".into(), u.into());
+        // These tests make the requests a node admin allows; rund_policy covers the refusals.
+        let mut p = toml::Table::new();
+        let all = toml::Value::Array(vec!["all".into()]);
+        p.insert("allowed_gpus".into(), all.clone());
+        p.insert("allowed_rdma_devices".into(), all);
+        p.insert("accept_nvidia_visible_devices_env".into(), true.into());
+        p.insert("max_memlock".into(), "unlimited".into());
+        t.insert("policy".into(), p.into());
         let p = self.ctd.dir.join(format!("{name}.toml"));
         std::fs::write(&p, toml::to_string(&t).unwrap()).unwrap();
         p

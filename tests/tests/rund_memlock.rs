@@ -18,6 +18,8 @@ use rund_tests::{
 
 const GRACE: Duration = Duration::from_secs(15);
 const CAP_SYS_RESOURCE: u32 = 24;
+/// Lets pods ask for any memlock (the default policy refuses raises).
+const ALLOW_MEMLOCK: &str = "[policy]\nmax_memlock = \"unlimited\"\n";
 
 fn start(test: &str) -> Option<Containerd> {
     Containerd::start_under_test(test, ContainerdOpts::new())
@@ -142,11 +144,13 @@ fn memlock_above_the_hard_limit_fails_clearly() {
     let _ = ctd.container_delete("above");
     assert_no_leaks_within(&ctd, &before, GRACE);
 
-    // The annotation asks for unlimited: the same clear failure.
+    // The annotation asks for unlimited, which the node's policy allows here (rund_policy
+    // covers the refusal): the same clear failure.
     if runtime_under_test() == RUNC_RUNTIME {
         return;
     }
-    let out = run_limits(&ctd, &rootfs, "ann", None, |s| {
+    let allow = write_config(&ctd, "rund-allow.toml", ALLOW_MEMLOCK);
+    let out = run_limits(&ctd, &rootfs, "ann", Some(&allow), |s| {
         set_annotation(s, "rund.io/memlock", "unlimited")
     });
     if can_raise_limits() {
@@ -188,7 +192,7 @@ fn clamp_with_warning_runs_at_the_hard_limit() {
     let cfg = write_config(
         &ctd,
         "rund-clamp.toml",
-        "[memlock]\non_failure = \"clamp-with-warning\"\n",
+        &format!("[memlock]\non_failure = \"clamp-with-warning\"\n{ALLOW_MEMLOCK}"),
     );
     let before = LeakSnapshot::take(&ctd);
     let out = run_limits(&ctd, &rootfs, "clamp", Some(&cfg), |s| {

@@ -19,7 +19,7 @@ use containerd_shim_protos::topics::{
 use containerd_shim_protos::ttrpc::Code;
 use rund_tests::shim::{
     ctx, exec_process, exec_request, run_action, settle, status_of, topics, unique_id, Bundle,
-    Direct, TaskEvent, NAMESPACE, USERNS_OFF,
+    Direct, TaskEvent, NAMESPACE, USERNS_ALWAYS, USERNS_OFF,
 };
 use rund_tests::{rund_bins_or_skip, shared_busybox_rootfs, RundBins};
 use serde_json::{json, Value};
@@ -263,13 +263,13 @@ async fn exit_never_before_start_20_times() {
     }
 }
 
-/// rund's default: every sandbox in its own user namespace.
+/// Every sandbox in its own user namespace (`mode = "always"`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exec_events_and_errors() {
     let Some(bins) = setup("exec") else {
         return;
     };
-    exec_flow(&bins, "").await;
+    exec_flow(&bins, USERNS_ALWAYS).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -26,7 +26,10 @@ pub struct Switch {
 pub const SWITCHES: &[Switch] = &[Switch {
     feature: "userns",
     variants: ["on", "off"],
-    defaults: ["[userns]\nenabled = true\n", "[userns]\nenabled = false\n"],
+    defaults: [
+        "[userns]\nmode = \"always\"\n",
+        "[userns]\nmode = \"requested\"\n",
+    ],
     concurrent: false,
 }];
 

@@ -5,6 +5,11 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+mod userns;
+
+pub use crate::policy::PolicyConfig;
+pub use userns::{OnPrivileged, OnUnsupported, RemapMode, UsernsConfig};
+
 pub const DEFAULT_PATH: &str = "/etc/rund/config.toml";
 pub const ENV_PATH: &str = "RUND_CONFIG";
 
@@ -40,8 +45,10 @@ pub struct RundConfig {
     pub verify: rund_check::GatePolicy,
     /// `[memlock]`: what RDMA pods get and what happens when it cannot be set.
     pub memlock: MemlockConfig,
-    /// `[userns]`: per-pod id ranges.
+    /// `[userns]`: which pods are remapped, and the per-pod id ranges.
     pub userns: UsernsConfig,
+    /// `[policy]`: which privileged requests pods may make (deny by default).
+    pub policy: PolicyConfig,
     /// `[init]`: the tini-like container init.
     pub init: InitConfig,
     /// `[trace]`: timing records for benchmarks.
@@ -105,30 +112,6 @@ impl Default for MemlockConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct UsernsConfig {
-    /// Remap every sandbox into its own id range unless it opts out.
-    pub enabled: bool,
-    /// First host id of the pool.
-    pub base: u32,
-    /// Ids per sandbox.
-    pub size: u32,
-    /// Number of ranges in the pool.
-    pub count: u32,
-}
-
-impl Default for UsernsConfig {
-    fn default() -> Self {
-        UsernsConfig {
-            enabled: true,
-            base: 1_000_000,
-            size: 65_536,
-            count: 1024,
-        }
-    }
-}
-
 impl Default for RundConfig {
     fn default() -> Self {
         RundConfig {
@@ -142,6 +125,7 @@ impl Default for RundConfig {
             verify: Default::default(),
             memlock: Default::default(),
             userns: Default::default(),
+            policy: Default::default(),
             init: Default::default(),
             trace: Default::default(),
         }
@@ -169,10 +153,14 @@ impl RundConfig {
     }
 
     pub fn parse(text: &str, path: &Path) -> Result<RundConfig, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::Malformed {
+        let malformed = |reason: String| ConfigError::Malformed {
             path: path.display().to_string(),
-            reason: e.to_string(),
-        })
+            reason,
+        };
+        let config: RundConfig = toml::from_str(text).map_err(|e| malformed(e.to_string()))?;
+        config.userns.validate().map_err(malformed)?;
+        config.policy.validate().map_err(malformed)?;
+        Ok(config)
     }
 
     /// The agent binary to start.
@@ -234,7 +222,35 @@ mod tests {
         let c = RundConfig::parse(text, Path::new("deploy/config.toml")).unwrap();
         assert_eq!(c.userns, UsernsConfig::default());
         assert_eq!(c.memlock, MemlockConfig::default());
+        assert_eq!(c.policy, PolicyConfig::default());
         assert_eq!(c.grace_period_seconds, 30);
+    }
+
+    #[test]
+    fn userns_mode_replaces_enabled() {
+        let c = RundConfig::parse("[userns]\nmode = \"always\"\n", Path::new("x")).unwrap();
+        assert_eq!(c.userns.mode, RemapMode::Always);
+        assert_eq!(RundConfig::default().userns.mode, RemapMode::Requested);
+        let e = RundConfig::parse("[userns]\nenabled = true\n", Path::new("/c.toml")).unwrap_err();
+        let e = e.to_string();
+        assert!(
+            e.contains("mode = \"always\"") && e.contains("/c.toml"),
+            "{e}"
+        );
+        let e = RundConfig::parse("[userns]\nmode = \"sometimes\"\n", Path::new("x")).unwrap_err();
+        assert!(e.to_string().contains("sometimes"), "{e}");
+        let c = RundConfig::parse(
+            "[userns]\nprivileged_caps = [\"NET_RAW\", \"CAP_NET_ADMIN\"]\non_privileged = \"host\"\n",
+            Path::new("x"),
+        )
+        .unwrap();
+        assert_eq!(c.userns.privileged_caps.len(), 2);
+        assert_eq!(c.userns.on_privileged, OnPrivileged::Host);
+        assert!(RundConfig::parse(
+            "[userns]\nprivileged_caps = [\"CAP_FLY\"]\n",
+            Path::new("x")
+        )
+        .is_err());
     }
 
     #[test]

@@ -129,7 +129,7 @@ async fn steps(
     let rlimits = devices.rlimits.clone();
     crate::rlimit::validate(&rlimits)?;
     let host_sysfs = super::userns::sysfs_to_bind(&mut spec, &sandbox);
-    let binds = super::userns::binds_mode(&spec, svc)?;
+    let binds = super::userns::container_binds(&spec, svc, &sandbox, &req.id)?;
 
     let root_path = spec
         .root()

@@ -5,13 +5,18 @@
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
-use oci_spec::runtime::{PosixRlimit, Spec};
+use std::collections::HashMap;
+
+use oci_spec::runtime::{PosixRlimit, PosixRlimitType, Spec};
 use rund_check::{Gate, Verify};
 use rund_proto::fdpass::FdKind;
 
 use super::Service;
 use crate::error::{Result, ShimError};
+use crate::policy;
 use crate::rlimit::memlock;
+use crate::spec::Role;
+use rund_devices::{DeviceRequest, InjectionReport};
 
 pub struct Prepared {
     /// The spec's rlimits plus the memlock default.
@@ -22,13 +27,26 @@ pub struct Prepared {
     pub notes: Vec<String>,
 }
 
-/// Edits `spec` in place; nothing is created on the host.
+/// Edits `spec` in place; nothing is created on the host. What the spec
+/// asks for passes the node's `[policy]` first (policy/devices.rs).
 pub async fn prepare(svc: &Arc<Service>, spec: &mut Spec, userns: bool) -> Result<Prepared> {
     let config = svc.config();
+    let request = DeviceRequest::from_spec(spec)?;
+    let pod = pod_annotations(svc, spec).await;
+    let admitted = policy::devices::admit(&config.policy, spec, pod.as_ref(), request)?;
+    let mut notes = admitted.notes.clone();
     let cfg = config.devices.clone();
+    let rules = config.policy.clone();
     let mut edited = spec.clone();
-    let (req, report) = tokio::task::spawn_blocking(move || {
-        rund_devices::prepare_spec(&cfg, &mut edited, userns).map(|(r, rep)| (r, rep, edited))
+    let (req, report) = tokio::task::spawn_blocking(move || -> Result<_> {
+        let req = admitted.request.clone();
+        if req.is_empty() {
+            return Ok((req, InjectionReport::default(), edited));
+        }
+        let resolved = rund_devices::resolve(&cfg, &req)?;
+        policy::devices::check_resolved(&rules, &admitted, &resolved)?;
+        let report = rund_devices::inject(&mut edited, &resolved, userns)?;
+        Ok((req, report, edited))
     })
     .await
     .map_err(|e| ShimError::Internal(e.to_string()))?
@@ -36,7 +54,6 @@ pub async fn prepare(svc: &Arc<Service>, spec: &mut Spec, userns: bool) -> Resul
         *spec = edited;
         (r, rep)
     })?;
-    let mut notes = Vec::new();
     if !report.gpus.is_empty() || !report.rdma_devices.is_empty() || !report.cdi_devices.is_empty()
     {
         notes.push(format!(
@@ -59,9 +76,24 @@ pub async fn prepare(svc: &Arc<Service>, spec: &mut Spec, userns: bool) -> Resul
     }
 
     let process = spec.process().clone().unwrap_or_default();
+    let limits = process.rlimits().clone().unwrap_or_default();
+    let annotation = crate::spec::annotation(spec, memlock::ANN_MEMLOCK);
+    // An explicit RLIMIT_MEMLOCK (the runtime spec's, not the pod author's) wins.
+    if !limits
+        .iter()
+        .any(|l| l.typ() == PosixRlimitType::RlimitMemlock)
+    {
+        let inherited = policy::limits::inherited_memlock();
+        policy::limits::check_memlock(&config.policy, annotation, inherited).map_err(
+            |e| match e {
+                policy::limits::LimitError::Bad(e) => ShimError::from(e),
+                policy::limits::LimitError::Refused(e) => ShimError::from(e),
+            },
+        )?;
+    }
     let rlimits = memlock::with_default(
-        &process.rlimits().clone().unwrap_or_default(),
-        crate::spec::annotation(spec, memlock::ANN_MEMLOCK),
+        &limits,
+        annotation,
         req.wants_rdma(),
         &config.memlock.rdma_default,
     )?;
@@ -76,6 +108,22 @@ pub async fn prepare(svc: &Arc<Service>, spec: &mut Spec, userns: bool) -> Resul
         device_fds,
         notes,
     })
+}
+
+/// The annotations of the pod's sandbox spec, which carries pod annotations
+/// only (`None` for a standalone container, its own sandbox).
+async fn pod_annotations(svc: &Service, spec: &Spec) -> Option<HashMap<String, String>> {
+    let Role::PodContainer { sandbox_id } = crate::spec::role(spec) else {
+        return None;
+    };
+    let sandbox = svc.containers.lock().await.get(&sandbox_id).cloned();
+    // The pod's sandbox runs in this shim (Create checked); if its spec were
+    // unknown, every CDI annotation would count as the pod's.
+    Some(
+        sandbox
+            .and_then(|c| c.spec.annotations().clone())
+            .unwrap_or_else(|| spec.annotations().clone().unwrap_or_default()),
+    )
 }
 
 /// The devices every container gets (OCI's default set).

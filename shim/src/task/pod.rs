@@ -84,7 +84,11 @@ pub async fn start(
 ) -> Result<Arc<Sandbox>> {
     let id = req.id.as_str();
     let config = svc.config();
-    let grace = spec::grace_seconds(spec)?.unwrap_or(config.grace_period_seconds);
+    let grace = crate::policy::limits::grace_seconds(
+        &config.policy,
+        spec::grace_seconds(spec)?,
+        config.grace_period_seconds,
+    )?;
     let ns = spec::namespaces::sandbox_namespaces(spec)?;
     let mut join = Vec::new();
     for (kind, path) in &ns.join {
@@ -94,7 +98,7 @@ pub async fn start(
         .hostname()
         .clone()
         .filter(|h| !h.is_empty() && ns.new_uts);
-    let userns = super::userns::plan(svc, spec, id).await?;
+    let userns = super::userns::plan(svc, spec, id, bundle, &req.rootfs).await?;
     let launch = LaunchConfig {
         sandbox_id: id.to_string(),
         userns: userns.is_some(),
@@ -103,7 +107,12 @@ pub async fn start(
         new_uts: ns.new_uts,
         host_pid: ns.host_pid,
         hostname,
-        sysctls: Vec::new(),
+        // With a user namespace in a host-owned netns: what Kubernetes sets
+        // for userns pods, so ports below 1024 and ping work.
+        sysctls: userns
+            .as_ref()
+            .map(|u| u.pod_sysctls.clone())
+            .unwrap_or_default(),
         debug: svc.debug,
     };
     let plan = SpawnPlan {

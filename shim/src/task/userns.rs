@@ -8,7 +8,9 @@ use containerd_shim_protos::types::mount::Mount;
 use oci_spec::runtime::{MountBuilder, Spec};
 
 use super::Service;
+use crate::config::{OnPrivileged, OnUnsupported, RemapMode};
 use crate::error::{Result, ShimError};
+use crate::policy::PolicyError;
 use crate::rootfs;
 use crate::sandbox::handle::UsernsInfo;
 use crate::sandbox::idmap::IdMapping;
@@ -20,13 +22,72 @@ pub struct Plan {
     pub uid_map: Vec<IdMapping>,
     pub gid_map: Vec<IdMapping>,
     pub info: UsernsInfo,
+    /// Sysctls to set in the pod's network namespace, which the host owns
+    /// (a joined CNI netns): without them container root, remapped, could
+    /// not bind ports below 1024 or ping. Only when rund chose the remap
+    /// (mode "always" or `rund.io/userns: "pod"`) and the spec leaves the
+    /// key unset; containerd sets its own when it asks for the namespace.
+    pub pod_sysctls: Vec<(String, String)>,
 }
 
+/// What rund sets in a host-owned pod netns of a pod it remaps (containerd's
+/// `enable_unprivileged_ports` and `enable_unprivileged_icmp`).
+pub const POD_SYSCTLS: [(&str, &str); 2] = [
+    ("net.ipv4.ip_unprivileged_port_start", "0"),
+    ("net.ipv4.ping_group_range", "0 2147483647"),
+];
+
 /// Decides whether the new sandbox gets a user namespace, and leases its
-/// range. `None` = no user namespace.
-pub async fn plan(svc: &Service, spec: &Spec, sandbox_id: &str) -> Result<Option<Plan>> {
+/// range. `None` = no user namespace. `bundle` and `rootfs` (the Create's
+/// mounts) are probed for idmap support under `on_unsupported = "host"`.
+pub async fn plan(
+    svc: &Service,
+    spec: &Spec,
+    sandbox_id: &str,
+    bundle: &Path,
+    rootfs: &[Mount],
+) -> Result<Option<Plan>> {
     let config = svc.config();
-    let decision = userns::decide(spec, &config.userns)?;
+    let decision = userns::decide(spec, &config.userns, config.policy.allow_userns_host)?;
+    if decision.mode == UsernsMode::Off {
+        return Ok(None);
+    }
+    let ns = crate::spec::namespaces::sandbox_namespaces(spec)?;
+    if decision.by_mode {
+        let caps = &config.userns.privileged_caps;
+        if let Some(why) = userns::privileged::needs_host(spec, !ns.new_net, caps) {
+            match config.userns.on_privileged {
+                OnPrivileged::Refuse => return Err(refuse_privileged(sandbox_id, &why).into()),
+                OnPrivileged::Host => {
+                    tracing::warn!(
+                        id = sandbox_id,
+                        "no user namespace for this pod: {why} ([userns] on_privileged = \"host\")"
+                    );
+                    return Ok(None);
+                }
+            }
+        }
+        if config.userns.on_unsupported == OnUnsupported::Host {
+            let paths = idmap_candidates(bundle, rootfs, spec)?;
+            // Any valid map shows what the filesystems allow: the pool's first range.
+            let probe = vec![IdMapping {
+                container_id: 0,
+                host_id: config.userns.base,
+                size: config.userns.size,
+            }];
+            let unsupported = tokio::task::spawn_blocking(move || {
+                let ns = userns::userns_with_maps(&probe, &probe)?;
+                Ok::<_, userns::UsernsError>(userns::first_unsupported(&paths, ns.as_fd()))
+            })
+            .await
+            .map_err(|e| ShimError::Internal(e.to_string()))??;
+            if let Some(e) = unsupported {
+                tracing::warn!(id = sandbox_id, "no user namespace for this pod: {e}");
+                return Ok(None);
+            }
+        }
+    }
+    let joined_net = ns.join.iter().any(|(kind, _)| kind == "net");
     match decision.mode {
         UsernsMode::Off => Ok(None),
         UsernsMode::FromSpec { uid, gid } => {
@@ -55,6 +116,7 @@ pub async fn plan(svc: &Service, spec: &Spec, sandbox_id: &str) -> Result<Option
                     host_root,
                     lease: (recorded > 0).then_some(store),
                 },
+                pod_sysctls: Vec::new(),
             }))
         }
         UsernsMode::Allocate => {
@@ -72,9 +134,74 @@ pub async fn plan(svc: &Service, spec: &Spec, sandbox_id: &str) -> Result<Option
                     host_root: lease.host_base,
                     lease: Some(store),
                 },
+                pod_sysctls: if joined_net {
+                    pod_sysctls(spec)
+                } else {
+                    Vec::new()
+                },
             }))
         }
     }
+}
+
+/// [`POD_SYSCTLS`] that the spec does not set itself.
+fn pod_sysctls(spec: &Spec) -> Vec<(String, String)> {
+    let set = spec.linux().as_ref().and_then(|l| l.sysctl().as_ref());
+    POD_SYSCTLS
+        .iter()
+        .filter(|(k, _)| !set.is_some_and(|s| s.contains_key(*k)))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn refuse_privileged(container: &str, why: &str) -> PolicyError {
+    PolicyError::new(
+        format!("container {container} ({why})"),
+        "[userns] on_privileged",
+        "it is \"refuse\", and [userns] mode = \"always\" runs every pod in a user namespace; \
+         on_privileged = \"host\" runs such pods without one",
+    )
+}
+
+/// The sources the pod's mounts would idmap, with "recursive": the overlay
+/// lowers, a bind or directory rootfs, and idmapped spec binds.
+fn idmap_candidates(bundle: &Path, rootfs: &[Mount], spec: &Spec) -> Result<Vec<(PathBuf, bool)>> {
+    let mut out = Vec::new();
+    if rootfs::idmapped::is_overlay(rootfs) {
+        for o in &rootfs[0].options {
+            if let Some(v) = o.strip_prefix("lowerdir=") {
+                out.extend(v.split(':').map(|l| (PathBuf::from(l), false)));
+            }
+        }
+    } else if rootfs.is_empty() {
+        let root = spec
+            .root()
+            .as_ref()
+            .map(|r| r.path().clone())
+            .unwrap_or_default();
+        out.push((bundle.join(root), true));
+    } else {
+        for m in rootfs
+            .iter()
+            .filter(|m| m.type_ == "bind" || m.options.iter().any(|o| o == "bind" || o == "rbind"))
+        {
+            out.push((PathBuf::from(&m.source), true));
+        }
+    }
+    if userns::binds_mode(spec)? == BindsMode::Idmap {
+        for m in spec.mounts().iter().flatten() {
+            let opts = m.options().clone().unwrap_or_default();
+            let bind = m.typ().as_deref() == Some("bind")
+                || opts.iter().any(|o| o == "bind" || o == "rbind");
+            let Some(src) = m.source().as_ref().filter(|_| bind) else {
+                continue;
+            };
+            if src.exists() && userns::plain_bind_reason(src).is_none() {
+                out.push((src.clone(), opts.iter().any(|o| o == "rbind")));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Runs `f` on the node's lease store off the async threads.
@@ -95,9 +222,38 @@ where
     .map_err(ShimError::from)
 }
 
-/// How bind sources are mounted for this container.
-pub fn binds_mode(spec: &Spec, svc: &Service) -> Result<BindsMode> {
-    Ok(userns::decide(spec, &svc.config().userns)?.binds)
+/// How bind sources are mounted for this container. Under mode "always",
+/// a container that needs the host user namespace (privileged, or a listed
+/// capability in a host netns) in a pod that did not ask for a user
+/// namespace is refused: the pod's sandbox already runs in one.
+pub fn container_binds(
+    spec: &Spec,
+    svc: &Service,
+    sandbox: &Sandbox,
+    id: &str,
+) -> Result<BindsMode> {
+    let binds = userns::binds_mode(spec)?;
+    let config = svc.config();
+    if sandbox.userns_info.is_none()
+        || config.userns.mode != RemapMode::Always
+        || userns::pod_asks(spec)
+    {
+        return Ok(binds);
+    }
+    let caps = &config.userns.privileged_caps;
+    let Some(why) = userns::privileged::needs_host(spec, !sandbox.owns_net, caps) else {
+        return Ok(binds);
+    };
+    let mut e = refuse_privileged(id, &why);
+    if config.userns.on_privileged == OnPrivileged::Host {
+        e.reason = format!(
+            "it is \"host\", but that exempts a pod only when its sandbox starts, and this pod's \
+             sandbox already runs in a user namespace ([userns] mode = \"always\"); a CRI pod \
+             opts out with {}: host, which needs [policy] allow_userns_host",
+            userns::ANN_USERNS
+        );
+    }
+    Err(e.into())
 }
 
 /// The rootfs as a detached tree: idmapped for the sandbox's user namespace
@@ -151,6 +307,10 @@ pub fn bind_tree(
     mode: BindsMode,
 ) -> Result<OwnedFd> {
     if sandbox.userns_info.is_some() && mode == BindsMode::Idmap {
+        if let Some(why) = userns::plain_bind_reason(src) {
+            tracing::debug!("bind of {} not idmapped: {why}", src.display());
+            return Ok(rootfs::open_tree_clone(src, recursive)?);
+        }
         let ns = userns::userns_of_pid(sandbox.pid())?;
         return Ok(userns::idmapped_clone(src, recursive, ns.as_fd())?);
     }
@@ -193,4 +353,63 @@ pub fn sysfs_to_bind(spec: &mut Spec, sandbox: &Sandbox) -> Vec<usize> {
         .collect();
     spec.set_mounts(Some(mounts));
     replaced
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pod_sysctls_leave_what_the_spec_sets() {
+        let spec = |sysctl: &str| {
+            let text = format!(
+                r#"{{"ociVersion":"1.0.2","root":{{"path":"rootfs"}},"linux":{{"sysctl":{{{sysctl}}}}}}}"#
+            );
+            crate::spec::parse(text.as_bytes()).unwrap()
+        };
+        let all = pod_sysctls(&spec(""));
+        assert_eq!(
+            all,
+            vec![
+                ("net.ipv4.ip_unprivileged_port_start".into(), "0".into()),
+                ("net.ipv4.ping_group_range".into(), "0 2147483647".into()),
+            ]
+        );
+        let own = pod_sysctls(&spec(r#""net.ipv4.ip_unprivileged_port_start":"1024""#));
+        assert_eq!(
+            own,
+            vec![("net.ipv4.ping_group_range".into(), "0 2147483647".into())]
+        );
+    }
+
+    #[test]
+    fn idmap_candidates_are_the_sources_that_would_be_idmapped() {
+        let text = r#"{"ociVersion":"1.0.2","root":{"path":"rootfs"},"mounts":[
+            {"destination":"/data","type":"bind","source":"/tmp","options":["rbind"]},
+            {"destination":"/dev/fuse","type":"bind","source":"/dev/fuse","options":["bind"]},
+            {"destination":"/p","type":"bind","source":"/proc/sys","options":["rbind"]},
+            {"destination":"/gone","type":"bind","source":"/nonexistent-rund","options":["bind"]},
+            {"destination":"/proc","type":"proc","source":"proc"}]}"#;
+        let spec = crate::spec::parse(text.as_bytes()).unwrap();
+        let bundle = Path::new("/b");
+        let got = idmap_candidates(bundle, &[], &spec).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                (PathBuf::from("/b/rootfs"), true),
+                (PathBuf::from("/tmp"), true)
+            ]
+        );
+        let overlay = Mount {
+            type_: "overlay".into(),
+            source: "overlay".into(),
+            options: vec!["lowerdir=/l1:/l2".into(), "upperdir=/u".into()],
+            ..Default::default()
+        };
+        let got = idmap_candidates(bundle, &[overlay], &spec).unwrap();
+        assert_eq!(
+            got[..2],
+            [(PathBuf::from("/l1"), false), (PathBuf::from("/l2"), false)]
+        );
+    }
 }

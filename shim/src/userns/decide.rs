@@ -1,16 +1,21 @@
-//! Per-pod user namespace decision, from the spec and `[userns]`:
-//! - `rund.io/userns: host` opts out (an error if the spec itself asks for
-//!   a user namespace or mappings: the two contradict);
-//! - `linux.uidMappings`/`gidMappings` in the spec are honoured as given;
-//! - otherwise a range is leased when remapping is enabled or the spec
-//!   asks for a user namespace.
+//! Per-pod user namespace decision, from the spec, `[userns] mode` and the
+//! policy:
+//! - `linux.uidMappings`/`gidMappings` in the spec are honoured as given
+//!   (CRI `hostUsers: false` on containerd >= 1.7, `ctr run --uidmap`);
+//! - a `user` namespace in the spec without mappings, or
+//!   `rund.io/userns: "pod"`, leases a range from the pool;
+//! - otherwise mode "always" leases a range, mode "requested" does not;
+//! - `rund.io/userns: host` opts out; under mode "always" only where
+//!   `[policy] allow_userns_host` allows it (an error if the spec itself asks
+//!   for a user namespace: the two contradict).
 //!
 //! `rund.io/userns-binds: idmap|plain` says how spec bind mounts go in.
 
 use oci_spec::runtime::{LinuxIdMapping, LinuxNamespaceType, Spec};
 
 use super::UsernsError;
-use crate::config::UsernsConfig;
+use crate::config::{RemapMode, UsernsConfig};
+use crate::policy::PolicyError;
 use crate::sandbox::idmap::{self, IdMapping};
 use crate::spec::annotation;
 
@@ -46,28 +51,60 @@ pub enum BindsMode {
 pub struct UsernsDecision {
     pub mode: UsernsMode,
     pub binds: BindsMode,
+    /// Remapped only because of `[userns] mode = "always"`: the pod did not
+    /// ask, so the admin's exemptions (`on_privileged`, `on_unsupported`)
+    /// may still run it without a user namespace.
+    pub by_mode: bool,
 }
 
-pub fn decide(spec: &Spec, cfg: &UsernsConfig) -> Result<UsernsDecision, UsernsError> {
-    let binds = match annotation(spec, ANN_USERNS_BINDS) {
-        None | Some("idmap") => BindsMode::Idmap,
-        Some("plain") => BindsMode::Plain,
-        Some(v) => {
-            return Err(UsernsError::Annotation {
-                key: ANN_USERNS_BINDS.into(),
-                reason: format!("{v:?} is not \"idmap\" or \"plain\""),
-            })
-        }
-    };
-    let host = match annotation(spec, ANN_USERNS) {
-        None => false,
-        Some("host") => true,
+/// `rund.io/userns-binds`.
+pub fn binds_mode(spec: &Spec) -> Result<BindsMode, UsernsError> {
+    match annotation(spec, ANN_USERNS_BINDS) {
+        None | Some("idmap") => Ok(BindsMode::Idmap),
+        Some("plain") => Ok(BindsMode::Plain),
+        Some(v) => Err(UsernsError::Annotation {
+            key: ANN_USERNS_BINDS.into(),
+            reason: format!("{v:?} is not \"idmap\" or \"plain\""),
+        }),
+    }
+}
+
+/// What the pod itself asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ask {
+    Nothing,
+    Pod,
+    Host,
+}
+
+/// Whether the pod asks for a user namespace itself (spec or annotation),
+/// as opposed to getting one from mode "always".
+pub fn pod_asks(spec: &Spec) -> bool {
+    let linux = spec.linux().as_ref();
+    let user_ns = linux
+        .and_then(|l| l.namespaces().as_ref())
+        .is_some_and(|list| list.iter().any(|n| n.typ() == LinuxNamespaceType::User));
+    let maps = linux.is_some_and(|l| {
+        l.uid_mappings().as_ref().is_some_and(|m| !m.is_empty())
+            || l.gid_mappings().as_ref().is_some_and(|m| !m.is_empty())
+    });
+    user_ns || maps || annotation(spec, ANN_USERNS) == Some("pod")
+}
+
+pub fn decide(
+    spec: &Spec,
+    cfg: &UsernsConfig,
+    allow_userns_host: bool,
+) -> Result<UsernsDecision, UsernsError> {
+    let binds = binds_mode(spec)?;
+    let ask = match annotation(spec, ANN_USERNS) {
+        None => Ask::Nothing,
+        Some("pod") => Ask::Pod,
+        Some("host") => Ask::Host,
         Some(v) => {
             return Err(UsernsError::Annotation {
                 key: ANN_USERNS.into(),
-                reason: format!(
-                    "{v:?} is not \"host\" (the only accepted value; remove it to remap)"
-                ),
+                reason: format!("{v:?} is not \"pod\" (remap this pod) or \"host\" (do not)"),
             })
         }
     };
@@ -88,7 +125,14 @@ pub fn decide(spec: &Spec, cfg: &UsernsConfig) -> Result<UsernsDecision, UsernsE
         )));
     }
     let spec_wants = user_ns.is_some() || !uid.is_empty() || !gid.is_empty();
-    if host {
+    let decision = |mode, by_mode| {
+        Ok(UsernsDecision {
+            mode,
+            binds,
+            by_mode,
+        })
+    };
+    if ask == Ask::Host {
         if spec_wants {
             return Err(UsernsError::Annotation {
                 key: ANN_USERNS.into(),
@@ -97,22 +141,30 @@ pub fn decide(spec: &Spec, cfg: &UsernsConfig) -> Result<UsernsDecision, UsernsE
                         .into(),
             });
         }
-        return Ok(UsernsDecision {
-            mode: UsernsMode::Off,
-            binds,
-        });
+        // Under mode "requested" this is what the pod gets anyway.
+        if cfg.mode == RemapMode::Always && !allow_userns_host {
+            return Err(PolicyError::new(
+                format!("annotation {ANN_USERNS}=\"host\""),
+                "[policy] allow_userns_host",
+                "it is false, and [userns] mode = \"always\" remaps every pod",
+            )
+            .into());
+        }
+        return decision(UsernsMode::Off, false);
     }
-    let mode = if !uid.is_empty() || !gid.is_empty() {
+    if !uid.is_empty() || !gid.is_empty() {
         let (uid, gid) = (convert(uid), convert(gid));
         check("linux.uidMappings", &uid)?;
         check("linux.gidMappings", &gid)?;
-        UsernsMode::FromSpec { uid, gid }
-    } else if cfg.enabled || spec_wants {
-        UsernsMode::Allocate
-    } else {
-        UsernsMode::Off
-    };
-    Ok(UsernsDecision { mode, binds })
+        return decision(UsernsMode::FromSpec { uid, gid }, false);
+    }
+    if spec_wants || ask == Ask::Pod {
+        return decision(UsernsMode::Allocate, false);
+    }
+    match cfg.mode {
+        RemapMode::Always => decision(UsernsMode::Allocate, true),
+        RemapMode::Requested => decision(UsernsMode::Off, false),
+    }
 }
 
 fn convert(list: &[LinuxIdMapping]) -> Vec<IdMapping> {
@@ -138,114 +190,4 @@ fn check(kind: &str, map: &[IdMapping]) -> Result<(), UsernsError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn spec(linux: &str, annotations: &str) -> Spec {
-        let text = format!(
-            r#"{{"ociVersion":"1.0.2","root":{{"path":"rootfs"}},"linux":{{{linux}}},"annotations":{{{annotations}}}}}"#
-        );
-        crate::spec::parse(text.as_bytes()).unwrap()
-    }
-
-    fn on() -> UsernsConfig {
-        UsernsConfig::default()
-    }
-
-    fn off() -> UsernsConfig {
-        UsernsConfig {
-            enabled: false,
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn default_is_allocate_with_idmapped_binds() {
-        let d = decide(&spec("", ""), &on()).unwrap();
-        assert_eq!(
-            d,
-            UsernsDecision {
-                mode: UsernsMode::Allocate,
-                binds: BindsMode::Idmap
-            }
-        );
-        assert_eq!(decide(&spec("", ""), &off()).unwrap().mode, UsernsMode::Off);
-        // The spec asking for a user namespace wins over a disabled pool.
-        let s = spec(r#""namespaces":[{"type":"user"}]"#, "");
-        assert_eq!(decide(&s, &off()).unwrap().mode, UsernsMode::Allocate);
-    }
-
-    #[test]
-    fn annotations() {
-        let s = spec(
-            "",
-            r#""rund.io/userns":"host","rund.io/userns-binds":"plain""#,
-        );
-        assert_eq!(
-            decide(&s, &on()).unwrap(),
-            UsernsDecision {
-                mode: UsernsMode::Off,
-                binds: BindsMode::Plain
-            }
-        );
-        let e = decide(&spec("", r#""rund.io/userns":"private""#), &on()).unwrap_err();
-        assert!(
-            e.is_bad_input() && e.to_string().contains("rund.io/userns:"),
-            "{e}"
-        );
-        let e = decide(&spec("", r#""rund.io/userns-binds":"chown""#), &on()).unwrap_err();
-        assert!(e.to_string().contains("rund.io/userns-binds"), "{e}");
-        let s = spec(
-            r#""namespaces":[{"type":"user"}]"#,
-            r#""rund.io/userns":"host""#,
-        );
-        assert!(decide(&s, &on())
-            .unwrap_err()
-            .to_string()
-            .contains("contradicts"));
-    }
-
-    #[test]
-    fn spec_mappings_are_honoured_and_validated() {
-        let maps = r#""uidMappings":[{"containerID":0,"hostID":500000,"size":65536}],
-                      "gidMappings":[{"containerID":0,"hostID":600000,"size":65536}]"#;
-        let d = decide(&spec(maps, ""), &off()).unwrap();
-        let m = |h| {
-            vec![IdMapping {
-                container_id: 0,
-                host_id: h,
-                size: 65536,
-            }]
-        };
-        assert_eq!(
-            d.mode,
-            UsernsMode::FromSpec {
-                uid: m(500000),
-                gid: m(600000)
-            }
-        );
-
-        let overlapping = r#""uidMappings":[{"containerID":0,"hostID":500000,"size":10},{"containerID":5,"hostID":700000,"size":10}],
-                             "gidMappings":[{"containerID":0,"hostID":600000,"size":1}]"#;
-        let e = decide(&spec(overlapping, ""), &on()).unwrap_err();
-        assert!(
-            e.is_bad_input() && e.to_string().contains("linux.uidMappings[1]"),
-            "{e}"
-        );
-        let zero = r#""uidMappings":[{"containerID":0,"hostID":1,"size":0}],"gidMappings":[{"containerID":0,"hostID":1,"size":1}]"#;
-        assert!(decide(&spec(zero, ""), &on())
-            .unwrap_err()
-            .to_string()
-            .contains("size 0"));
-        let half = r#""uidMappings":[{"containerID":0,"hostID":1,"size":1}]"#;
-        assert!(decide(&spec(half, ""), &on())
-            .unwrap_err()
-            .to_string()
-            .contains("linux.gidMappings is empty"));
-        let join = r#""namespaces":[{"type":"user","path":"/proc/1/ns/user"}]"#;
-        assert!(decide(&spec(join, ""), &on())
-            .unwrap_err()
-            .to_string()
-            .contains("/proc/1/ns/user"));
-    }
-}
+mod tests;

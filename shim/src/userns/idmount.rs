@@ -134,7 +134,23 @@ fn fs_name(fd: BorrowedFd<'_>) -> String {
         0x1cd1 => "devpts",
         0x6462_6720 => "debugfs",
         0x7363_6673 => "securityfs",
+        0x8584_58f6 => "ramfs",
         _ => return format!("type {magic:#x}"),
     };
     name.into()
+}
+
+/// The first of `paths` (with "recursive") that the kernel refuses to
+/// idmap, as the error the real mount would give; other failures are left
+/// for the real mount to report.
+pub fn first_unsupported(
+    paths: &[(std::path::PathBuf, bool)],
+    userns: BorrowedFd<'_>,
+) -> Option<UsernsError> {
+    paths.iter().find_map(
+        |(p, recursive)| match idmapped_clone(p, *recursive, userns) {
+            Err(e @ UsernsError::IdmapUnsupported { .. }) => Some(e),
+            _ => None,
+        },
+    )
 }

@@ -4,12 +4,18 @@
 
 pub mod decide;
 pub mod idmount;
+pub mod kernelfs;
 pub mod lease;
 pub mod nsholder;
 pub mod pool;
+pub mod privileged;
 
-pub use decide::{decide, BindsMode, UsernsDecision, UsernsMode, ANN_USERNS, ANN_USERNS_BINDS};
-pub use idmount::{attach, idmapped_clone, set_idmap};
+pub use decide::{
+    binds_mode, decide, pod_asks, BindsMode, UsernsDecision, UsernsMode, ANN_USERNS,
+    ANN_USERNS_BINDS,
+};
+pub use idmount::{attach, first_unsupported, idmapped_clone, set_idmap};
+pub use kernelfs::plain_bind_reason;
 pub use lease::{Lease, LeaseEntry, LeaseStore, Owner, RepairReport};
 pub use nsholder::{userns_of_pid, userns_with_maps};
 pub use pool::Pool;
@@ -47,12 +53,18 @@ pub enum UsernsError {
     Annotation { key: String, reason: String },
     #[error("spec user namespace mappings: {0}")]
     Mapping(String),
-    #[error("filesystem of {path} ({fstype}) does not support idmapped mounts")]
+    #[error(
+        "filesystem of {path} ({fstype}) does not support idmapped mounts, which a pod in a user \
+         namespace needs; [userns] on_unsupported = \"host\" runs pods that did not ask for a user \
+         namespace without one instead"
+    )]
     IdmapUnsupported { path: String, fstype: String },
     #[error("idmapped mount of {path}: {reason}")]
     Idmap { path: String, reason: String },
     #[error("user namespace for an id mapping: {0}")]
     Namespace(String),
+    #[error(transparent)]
+    Refused(#[from] crate::policy::PolicyError),
 }
 
 impl UsernsError {
@@ -62,6 +74,11 @@ impl UsernsError {
             self,
             UsernsError::Annotation { .. } | UsernsError::Mapping(_)
         )
+    }
+
+    /// The node's policy does not allow it: PERMISSION_DENIED.
+    pub fn is_refused(&self) -> bool {
+        matches!(self, UsernsError::Refused(_))
     }
 
     /// Retrying later may succeed (pool full): RESOURCE_EXHAUSTED.

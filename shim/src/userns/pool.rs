@@ -81,10 +81,10 @@ mod tests {
 
     fn cfg(base: u32, size: u32, count: u32) -> UsernsConfig {
         UsernsConfig {
-            enabled: true,
             base,
             size,
             count,
+            ..Default::default()
         }
     }
 

@@ -105,7 +105,9 @@ fn render_cri(s: &mut String, l: &Layout, opts: &ContainerdOpts) {
 
 [{cri}.containerd.runtimes.rund]
   runtime_type = "io.containerd.rund.v2"
-  pod_annotations = ["*"]
+  # filepath.Match: "*" stops at "/", so "*/*" covers rund.io/... and cdi.k8s.io/...
+  pod_annotations = ["*", "*/*"]
+  container_annotations = ["*", "*/*"]
 "#,
         sandbox = opts.sandbox_image.as_deref().unwrap_or(BUSYBOX_IMAGE),
         default_rt = if opts.with_runc { "runc" } else { "rund" },

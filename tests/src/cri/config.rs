@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use k8s_cri::v1::{
-    ContainerConfig, ContainerMetadata, ImageSpec, KeyValue, LinuxContainerConfig,
+    Capability, ContainerConfig, ContainerMetadata, ImageSpec, KeyValue, LinuxContainerConfig,
     LinuxContainerResources, LinuxContainerSecurityContext, LinuxPodSandboxConfig,
     LinuxSandboxSecurityContext, NamespaceMode, NamespaceOption, PodSandboxConfig,
     PodSandboxMetadata,
@@ -93,6 +93,10 @@ pub struct ContainerSpec {
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
     pub resources: Option<LinuxContainerResources>,
+    /// Container annotations (the kubelet's: device plugin allocations).
+    pub annotations: HashMap<String, String>,
+    /// securityContext.capabilities.add as the kubelet sends it, e.g. `NET_ADMIN`.
+    pub add_capabilities: Vec<String>,
 }
 
 impl ContainerSpec {
@@ -105,6 +109,8 @@ impl ContainerSpec {
             args: Vec::new(),
             env: Vec::new(),
             resources: None,
+            annotations: HashMap::new(),
+            add_capabilities: Vec::new(),
         }
     }
 
@@ -129,10 +135,15 @@ impl ContainerSpec {
                     value: v.clone(),
                 })
                 .collect(),
+            annotations: self.annotations.clone(),
             linux: Some(LinuxContainerConfig {
                 resources: self.resources.clone(),
                 security_context: Some(LinuxContainerSecurityContext {
                     namespace_options: Some(pod.namespace_options()),
+                    capabilities: (!self.add_capabilities.is_empty()).then(|| Capability {
+                        add_capabilities: self.add_capabilities.clone(),
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 }),
             }),

@@ -23,8 +23,10 @@ use containerd_shim_protos::ttrpc;
 use containerd_shim_protos::ttrpc::Code;
 use serde_json::Value;
 
-/// Config TOML that turns rund's default user namespaces off.
-pub const USERNS_OFF: &str = "[userns]\nenabled = false\n";
+/// Config TOML that remaps only sandboxes that ask (rund's default, written out).
+pub const USERNS_OFF: &str = "[userns]\nmode = \"requested\"\n";
+/// Config that remaps every sandbox.
+pub const USERNS_ALWAYS: &str = "[userns]\nmode = \"always\"\n";
 
 pub use bundle::{cgroup_parent, default_spec, exec_process, unique_id, Bundle, NAMESPACE};
 pub use error::{Result, ShimHarnessError};

@@ -31,8 +31,8 @@ pub fn process_config() -> Result<&'static Path> {
     Ok(p)
 }
 
-/// A config like [`process_config`] with `extra` TOML appended (e.g. `"[userns]\nenabled =
-/// false\n"`), sharing the same state dirs so that all shims share one cgroup pool.
+/// A config like [`process_config`] with `extra` TOML appended (e.g. `"[userns]\nmode =
+/// \"always\"\n"`), sharing the same state dirs so that all shims share one cgroup pool.
 pub fn process_config_with(extra: &str) -> Result<PathBuf> {
     use std::hash::{Hash, Hasher};
     let base = process_config()?;

@@ -1,6 +1,7 @@
 //! `rund doctor`: what this node gives rund's pods, and what to fix.
 
 pub mod memlock;
+pub mod policy;
 pub mod probe;
 
 use std::io::Write;
@@ -21,6 +22,8 @@ pub struct Report {
     pub cgroup: CgroupFacts,
     pub userns: UsernsFacts,
     pub devices: DeviceFacts,
+    /// `[policy]` in force: the privileged requests pods may make.
+    pub policy: crate::config::PolicyConfig,
 }
 
 /// Gathers the report; `pid` 0 inspects this process (pass containerd's pid
@@ -36,6 +39,7 @@ pub fn collect(cfg: &RundConfig, pid: i32) -> Result<Report, CliError> {
         cgroup: probe::cgroup(cfg),
         userns: probe::userns(cfg),
         devices: probe::devices(cfg),
+        policy: cfg.policy.clone(),
     })
 }
 
@@ -84,11 +88,6 @@ pub fn render(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
     let max = u
         .max_user_namespaces
         .map_or("unreadable".to_string(), |v| v.to_string());
-    let cfg = if u.enabled_in_config {
-        "enabled"
-    } else {
-        "disabled"
-    };
     let avail = if u.available {
         "available"
     } else {
@@ -96,7 +95,8 @@ pub fn render(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
     };
     writeln!(
         out,
-        "user namespaces:      {avail} (max_user_namespaces {max}); config: {cfg}"
+        "user namespaces:      {avail} (max_user_namespaces {max}); {}",
+        policy::userns_line(u)
     )?;
     let idm = if u.idmapped_mounts {
         "supported"
@@ -119,5 +119,5 @@ pub fn render(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
     } else {
         writeln!(out, "RDMA:                 {}", d.rdma_devices.join(", "))?;
     }
-    Ok(())
+    policy::render(&r.policy, out)
 }

@@ -93,7 +93,10 @@ pub fn cgroup(cfg: &RundConfig) -> CgroupFacts {
 pub struct UsernsFacts {
     pub max_user_namespaces: Option<u64>,
     pub available: bool,
-    pub enabled_in_config: bool,
+    /// `[userns]`: which pods are remapped, and the exemptions.
+    pub mode: crate::config::RemapMode,
+    pub on_privileged: crate::config::OnPrivileged,
+    pub on_unsupported: crate::config::OnUnsupported,
     pub kernel: String,
     /// mount_setattr(MOUNT_ATTR_IDMAP) exists from 5.12 on (filesystem support varies).
     pub idmapped_mounts: bool,
@@ -117,7 +120,9 @@ pub fn userns(cfg: &RundConfig) -> UsernsFacts {
     UsernsFacts {
         max_user_namespaces: max,
         available: max.is_some_and(|m| m > 0),
-        enabled_in_config: cfg.userns.enabled,
+        mode: cfg.userns.mode,
+        on_privileged: cfg.userns.on_privileged,
+        on_unsupported: cfg.userns.on_unsupported,
         idmapped_mounts: kernel_version(&kernel).is_some_and(|v| v >= (5, 12)),
         kernel,
     }

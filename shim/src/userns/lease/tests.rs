@@ -28,10 +28,10 @@ impl Liveness for Fake {
 fn store(dir: &Path, count: u32) -> (LeaseStore, Arc<Fake>) {
     let fake = Arc::new(Fake::default());
     let cfg = UsernsConfig {
-        enabled: true,
         base: 100_000,
         size: 1000,
         count,
+        ..Default::default()
     };
     let s = LeaseStore::new(dir, &cfg)
         .unwrap()
@@ -144,10 +144,10 @@ fn leases_from_an_older_pool_config_are_respected() {
     fake.spawn(10, 1);
     old.allocate("a", 10).unwrap(); // 100000..101000
     let cfg = UsernsConfig {
-        enabled: true,
         base: 100_500,
         size: 1000,
         count: 3,
+        ..Default::default()
     };
     let new = LeaseStore::new(dir.path(), &cfg)
         .unwrap()
