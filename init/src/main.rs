@@ -4,7 +4,9 @@
 //! need itself, forwards every catchable signal and reaps every zombie, and
 //! exits with the workload's status.
 //!
-//! Usage: `rund-init [--tty] -- PATH ARGV0 [ARGS...]` (environment: the workload's).
+//! Usage: `rund-init [--tty] -- PATH ARGV0 [ARGS...]` (environment: the workload's),
+//! or `rund-init --pause`: PID 1 of a pod's shared pid namespace, which only
+//! reaps, as nobody with no capabilities, until TERM or INT.
 
 mod forward;
 mod privs;
@@ -51,7 +53,11 @@ fn errno() -> std::io::Error {
 }
 
 fn main() {
-    let args = parse(std::env::args_os().collect()).unwrap_or_else(|e| die(&e));
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == "--pause") {
+        pause();
+    }
+    let args = parse(argv).unwrap_or_else(|e| die(&e));
     let set = waited_set();
     // SAFETY: an all-zero sigset_t is valid storage for the old mask.
     let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -90,6 +96,28 @@ fn main() {
                 }
             }
             Action::Default => {}
+        }
+    }
+}
+
+/// The pod's pid namespace init: reaps orphans, ends on TERM or INT.
+fn pause() -> ! {
+    privs::become_nobody().unwrap_or_else(|e| die(&e));
+    let set = waited_set();
+    // SAFETY: valid sigset; blocking signals has no memory effects.
+    unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    loop {
+        // SAFETY: as in main.
+        let sig = unsafe { libc::sigwaitinfo(&set, std::ptr::null_mut()) };
+        match sig {
+            libc::SIGCHLD => {
+                reap(0);
+            }
+            libc::SIGTERM | libc::SIGINT => {
+                // SAFETY: ends the process.
+                unsafe { libc::_exit(0) }
+            }
+            _ => {}
         }
     }
 }

@@ -19,6 +19,38 @@ struct CapData {
     inheritable: u32,
 }
 
+/// The overflow user of every Linux system: the pause process needs no more.
+const NOBODY: u32 = 65534;
+
+/// Drops to nobody with every capability set empty (bounding first, while
+/// CAP_SETPCAP is still held), no_new_privs, not dumpable.
+pub fn become_nobody() -> Result<(), String> {
+    for cap in 0..64 {
+        // SAFETY: PR_CAPBSET_DROP with an integer; EINVAL past the last cap.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINVAL) {
+                break;
+            }
+            return Err(format!("drop capability {cap} from the bounding set: {e}"));
+        }
+    }
+    // SAFETY: plain syscalls on our own credentials.
+    let ok = unsafe {
+        libc::setgroups(0, std::ptr::null()) == 0
+            && libc::setresgid(NOBODY, NOBODY, NOBODY) == 0
+            && libc::setresuid(NOBODY, NOBODY, NOBODY) == 0
+    };
+    if !ok {
+        return Err(format!(
+            "become nobody: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    drop_own();
+    Ok(())
+}
+
 /// Non-dumpable, no_new_privs, and of its capabilities only CAP_KILL (if it
 /// had it: the workload may change its uid later and still get signals).
 pub fn drop_own() {

@@ -103,11 +103,6 @@ fn launch(sync: BorrowedFd<'_>) -> Result<(), LaunchError> {
         let root_u = Uid::from_raw(0);
         setresuid(root_u, root_u, root_u)
             .map_err(sys("setresuid 0 in the user namespace (is uid 0 mapped?)"))?;
-        // Changing uids cleared "dumpable", which makes /proc/<pid> of the
-        // agent and its containers root-owned: execs could not open their
-        // namespaces. runc restores it the same way.
-        // SAFETY: prctl(PR_SET_DUMPABLE, 1) only sets a flag on this process.
-        unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) };
     }
     let mut flags = CloneFlags::CLONE_NEWNS;
     for (on, f) in [

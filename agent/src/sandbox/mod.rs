@@ -25,6 +25,10 @@ pub enum AgentError {
 /// The agent's main, in the forked PID 1. Never returns.
 pub fn main(cfg: LaunchConfig) -> ! {
     crate::log::set_debug(cfg.debug);
+    // Nothing in a container may ptrace the agent or open its /proc files
+    // (containers never share its pid namespace, but a hostPID one could).
+    // SAFETY: prctl(PR_SET_DUMPABLE, 0) only sets a flag on this process.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
     // SAFETY: fd 5 is the launch handshake socket, inherited from the shim; nothing else owns it.
     let sync = unsafe { OwnedFd::from_raw_fd(launch::SYNC_FD) };
     let code = match run(&cfg, &sync) {
@@ -75,6 +79,7 @@ async fn serve(cfg: &LaunchConfig, sync: &OwnedFd) -> Result<(), AgentError> {
         state: Default::default(),
         destroyed: destroyed.clone(),
         init_bin: Default::default(),
+        pod_pid: Default::default(),
         host_pid: cfg.host_pid,
     });
     // SAFETY: fd 3 is our end of the shim's socketpair; nothing else owns it.

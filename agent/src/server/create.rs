@@ -67,8 +67,17 @@ pub async fn container(
             format!("container {id}: {e}"),
         )
     })?;
-    let opts = req.options.clone().unwrap_or_default();
-    let passed_init = take_kind(&mut kinds, &mut fds, &FdKind::Init);
+    let mut opts = req.options.clone().unwrap_or_default();
+    let mut passed_init = take_kind(&mut kinds, &mut fds, &FdKind::Init);
+    let mut plan = opts.namespaces.clone().unwrap_or_default();
+    if plan.source("pid") == NsSource::NS_POD {
+        // Joined like any other pid namespace fd.
+        let ns = super::podinit::ensure(svc, passed_init.take()).map_err(spawn_err)?;
+        kinds.push(FdKind::Namespace("pid".into()));
+        fds.push(ns);
+        plan.set("pid", NsSource::NS_FD);
+        opts.namespaces = Some(plan).into();
+    }
     let init_bin = if opts.use_init {
         let fd = svc.init_bin.get(passed_init).map_err(|e| {
             err(

@@ -29,6 +29,14 @@ pub async fn sandbox(svc: &AgentService, grace: Duration) {
 
 /// TERM to every live process; returns their exit receivers.
 fn term_all(svc: &AgentService) -> Vec<ExitRx> {
+    if let Some(p) = svc
+        .pod_pid
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+    {
+        let _ = signal::send(p.pid.as_raw(), libc::SIGTERM);
+    }
     let mut st = svc.state();
     let mut waits = Vec::new();
     for c in st.containers.values_mut() {

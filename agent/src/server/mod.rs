@@ -4,6 +4,7 @@ pub mod channel;
 mod create;
 mod destroy;
 pub mod initbin;
+pub mod podinit;
 pub mod signal;
 pub mod spawn;
 pub mod state;
@@ -25,6 +26,8 @@ pub struct AgentService {
     /// Notified once DestroySandbox has answered: the agent then exits.
     pub destroyed: Arc<tokio::sync::Notify>,
     pub init_bin: initbin::InitBinary,
+    /// The pod's shared pid namespace, once a container asked for it.
+    pub pod_pid: Mutex<Option<podinit::PodPid>>,
     /// The sandbox shares the host pid namespace: the agent is not an init,
     /// so "every process" must never mean kill(-1).
     pub host_pid: bool,

@@ -153,6 +153,7 @@ async fn steps(
     phases.extra("cgroup_cpu", cg.create_cpu);
 
     let (plan, ns_fds) = namespaces::plan(&spec, &role, &sandbox)?;
+    let pod_pid = plan.source("pid") == rund_proto::NsSource::NS_POD;
     let pause = crate::hooks::needs_pause(&spec);
     let options = ContainerOptions {
         namespaces: Some(plan).into(),
@@ -194,7 +195,7 @@ async fn steps(
             owned.push((FdKind::Cgroup, fd));
         }
     }
-    if use_init {
+    if use_init || pod_pid {
         owned.push((FdKind::Init, init_binary(svc)?));
     }
     let spawned = spawn::container(

@@ -290,6 +290,31 @@ pub async fn pids(svc: &Arc<Service>, id: &str) -> Result<PidsResponse> {
             ..Default::default()
         });
     }
+    // The cgroup holds exactly the container's processes, whatever pid
+    // namespace they share; exec ids come from the shim's own table.
+    if let Some(cg) = &c.cgroup {
+        let execs: std::collections::HashMap<u32, String> = c
+            .execs
+            .lock()
+            .expect("execs")
+            .iter()
+            .filter_map(|(id, p)| p.as_ref().map(|p| (p.pid(), id.clone())))
+            .collect();
+        let processes = cg
+            .pids()
+            .await?
+            .into_iter()
+            .map(|pid| ProcessInfo {
+                pid: pid as u32,
+                info: execs.get(&(pid as u32)).map(|e| process_details(e)).into(),
+                ..Default::default()
+            })
+            .collect();
+        return Ok(PidsResponse {
+            processes,
+            ..Default::default()
+        });
+    }
     let sb = sandbox(svc)?;
     let listed = sb.agent.list_pids(id).await?;
     let inner: Vec<u32> = listed.iter().map(|(p, _)| *p).collect();

@@ -55,6 +55,10 @@ fn join_or_share(
     fds: &mut Vec<(String, OwnedFd)>,
 ) -> Result<NsSource> {
     if sandbox.is_own_ns(kind, &path) {
+        // A shared pid namespace is the pod's, never the agent's own.
+        if kind == "pid" && !sandbox.host_pid {
+            return Ok(NsSource::NS_POD);
+        }
         return Ok(NsSource::NS_SANDBOX);
     }
     let fd = nsfd::open_ns(kind, &path)?;
