@@ -11,10 +11,8 @@ all: build
 deps:
 	@sh deploy/install-deps.sh
 
-# rund-init runs inside containers that may have no libc: it is linked static.
 build: deps
 	$(CARGO) build --workspace --bins
-	$(CARGO) rustc -q -p rund-init --bin rund-init -- -C target-feature=+crt-static
 
 # Builds, starts a private containerd and runs containers through rund.
 demo: build
@@ -43,12 +41,10 @@ fmt:
 # target/bench/ (results.json, plot.svg). BENCH_ARGS passes flags through.
 bench: deps
 	$(CARGO) build --release -p rund-shim -p rund-agent -p rund-benches
-	$(CARGO) rustc -q --release -p rund-init --bin rund-init -- -C target-feature=+crt-static
 	RUND_BIN_DIR=$(TARGET_DIR)/release $(TARGET_DIR)/release/rund-bench $(BENCH_ARGS)
 
 bench-quick: deps
 	$(CARGO) build --release -p rund-shim -p rund-agent -p rund-benches
-	$(CARGO) rustc -q --release -p rund-init --bin rund-init -- -C target-feature=+crt-static
 	RUND_BIN_DIR=$(TARGET_DIR)/release $(TARGET_DIR)/release/rund-bench --quick $(BENCH_ARGS)
 
 # criterion micro-benches (cgroup claim vs mkdir, spec processing, device scan).

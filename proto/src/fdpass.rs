@@ -52,8 +52,6 @@ pub enum FdKind {
     /// A cgroup v2 directory to start the container init in
     /// (`clone3(CLONE_INTO_CGROUP)`).
     Cgroup,
-    /// The rund-init binary (static), for containers that run it as PID 1.
-    Init,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -14,8 +14,6 @@ pub const SHIM_BIN: &str = "containerd-shim-rund-v2";
 pub const AGENT_BIN: &str = "rund-agent";
 /// The admin CLI.
 pub const CLI_BIN: &str = "rund";
-/// The opt-in container init (static).
-pub const INIT_BIN: &str = "rund-init";
 
 /// Set this to `1` to turn "rund binaries missing" from a skip into a failure (CI, `make test`).
 pub const REQUIRE_ENV: &str = "RUND_REQUIRE_BINS";
@@ -144,7 +142,7 @@ pub(crate) fn populate_path_dir(
         }
     }
     if let Some(r) = rund {
-        for b in [SHIM_BIN, AGENT_BIN, CLI_BIN, INIT_BIN] {
+        for b in [SHIM_BIN, AGENT_BIN, CLI_BIN] {
             let p = r.path(b);
             if is_executable(&p) {
                 link(&p, b)?;

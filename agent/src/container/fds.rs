@@ -15,8 +15,6 @@ pub struct PassedFds {
     pub mounts: HashMap<usize, OwnedFd>,
     pub namespaces: HashMap<String, OwnedFd>,
     pub devices: HashMap<String, OwnedFd>,
-    /// The rund-init binary (the agent turns it into a sealed memfd).
-    pub init: Option<OwnedFd>,
     /// The parent's, for clone3: taken out before the fork.
     pub cgroup: Option<OwnedFd>,
 }
@@ -41,7 +39,6 @@ impl PassedFds {
                     p.devices.insert(path, fd);
                 }
                 FdKind::Cgroup => p.cgroup = Some(fd),
-                FdKind::Init => p.init = Some(fd),
             }
         }
         p

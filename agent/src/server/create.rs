@@ -3,7 +3,7 @@
 //! is refused at once and a cancelled one leaves no reservation behind;
 //! the container stays visible to every other request meanwhile.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 
 use rund_proto::fdpass::FdKind;
 use rund_proto::*;
@@ -68,18 +68,17 @@ pub async fn container(
         )
     })?;
     let mut opts = req.options.clone().unwrap_or_default();
-    let mut passed_init = take_kind(&mut kinds, &mut fds, &FdKind::Init);
     let mut plan = opts.namespaces.clone().unwrap_or_default();
     if plan.source("pid") == NsSource::NS_POD {
         // Joined like any other pid namespace fd.
-        let ns = super::podinit::ensure(svc, passed_init.take()).map_err(spawn_err)?;
+        let ns = super::podinit::ensure(svc).map_err(spawn_err)?;
         kinds.push(FdKind::Namespace("pid".into()));
         fds.push(ns);
         plan.set("pid", NsSource::NS_FD);
         opts.namespaces = Some(plan).into();
     }
     let init_bin = if opts.use_init {
-        let fd = svc.init_bin.get(passed_init).map_err(|e| {
+        let fd = svc.init_bin.get().map_err(|e| {
             err(
                 ttrpc::Code::FAILED_PRECONDITION,
                 format!("container {id}: {e}"),
@@ -118,12 +117,6 @@ pub async fn container(
         paused,
         ..Default::default()
     })
-}
-
-fn take_kind(kinds: &mut Vec<FdKind>, fds: &mut Vec<OwnedFd>, want: &FdKind) -> Option<OwnedFd> {
-    let i = kinds.iter().position(|k| k == want)?;
-    kinds.remove(i);
-    Some(fds.remove(i))
 }
 
 pub async fn resume(svc: &AgentService, id: &str) -> ttrpc::Result<()> {

@@ -1,21 +1,22 @@
-//! rund-init as a sealed memfd. The container's PID 1 then is not a host
-//! binary: nothing in the container can open it for writing through
-//! /proc/1/exe (runc's CVE-2019-5736), and the copy cannot change while
-//! containers use it. Made once per sandbox, on first use.
+//! rund-init as a sealed memfd. The binary is built static and embedded in
+//! the agent (see build.rs), so it always matches the agent and needs no
+//! libc in the container. Run from a sealed memfd, the container's PID 1 is
+//! not a host binary: nothing in the container can open it for writing
+//! through /proc/1/exe (runc's CVE-2019-5736), and the copy cannot change
+//! while containers use it. Made once per sandbox, on first use.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::Mutex;
 
+/// The static rund-init, built by build.rs.
+static EMBEDDED: &[u8] = include_bytes!(env!("RUND_INIT_BIN"));
+
 #[derive(Debug, thiserror::Error)]
 pub enum InitBinError {
-    #[error("the container asks for rund-init but the shim passed no FdKind::Init fd")]
-    Missing,
-    #[error("reading rund-init: {0}")]
-    Read(std::io::Error),
     #[error("rund-init is not a 64-bit ELF executable")]
     NotElf,
-    #[error("rund-init is dynamically linked: it runs inside containers that may have no libc; build it static (`make build`)")]
+    #[error("rund-init is dynamically linked: it runs inside containers that may have no libc")]
     Dynamic,
     #[error("sealed copy of rund-init: {0}")]
     Memfd(std::io::Error),
@@ -27,26 +28,21 @@ pub struct InitBinary {
 }
 
 impl InitBinary {
-    /// A dup of the sealed copy, made from `passed` the first time.
-    pub fn get(&self, passed: Option<OwnedFd>) -> Result<OwnedFd, InitBinError> {
+    /// A dup of the sealed copy, made the first time.
+    pub fn get(&self) -> Result<OwnedFd, InitBinError> {
         let mut slot = self.sealed.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.is_none() {
-            let src = passed.ok_or(InitBinError::Missing)?;
-            *slot = Some(seal_copy(src)?);
+        if let Some(fd) = slot.as_ref() {
+            return fd.try_clone().map_err(InitBinError::Memfd);
         }
-        slot.as_ref()
-            .ok_or(InitBinError::Missing)?
-            .try_clone()
-            .map_err(InitBinError::Memfd)
+        let fd = seal_copy(EMBEDDED)?;
+        let dup = fd.try_clone().map_err(InitBinError::Memfd)?;
+        *slot = Some(fd);
+        Ok(dup)
     }
 }
 
-fn seal_copy(src: OwnedFd) -> Result<OwnedFd, InitBinError> {
-    let mut bytes = Vec::new();
-    std::fs::File::from(src)
-        .read_to_end(&mut bytes)
-        .map_err(InitBinError::Read)?;
-    check_static(&bytes)?;
+fn seal_copy(bytes: &[u8]) -> Result<OwnedFd, InitBinError> {
+    check_static(bytes)?;
     let name = c"rund-init";
     // SAFETY: memfd_create takes a NUL-terminated name and flags; returns a new fd or -1.
     let fd =
@@ -56,7 +52,7 @@ fn seal_copy(src: OwnedFd) -> Result<OwnedFd, InitBinError> {
     }
     // SAFETY: a fresh fd from the kernel, owned by nobody else.
     let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    file.write_all(&bytes).map_err(InitBinError::Memfd)?;
+    file.write_all(bytes).map_err(InitBinError::Memfd)?;
     let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
     // SAFETY: fcntl(F_ADD_SEALS) on our memfd with integer flags.
     if unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, seals) } < 0 {
@@ -100,18 +96,14 @@ mod tests {
             check_static(b"#!/bin/sh\n"),
             Err(InitBinError::NotElf)
         ));
-        // busybox-static has no loader.
-        if let Ok(bb) = std::fs::read("/bin/busybox") {
-            check_static(&bb).unwrap();
-        }
+        check_static(EMBEDDED).unwrap();
     }
 
     #[test]
     fn the_copy_is_sealed_against_writes() {
         let bin = InitBinary::default();
-        let src = std::fs::File::open("/bin/busybox").unwrap();
-        let fd = bin.get(Some(src.into())).unwrap();
-        let again = bin.get(None).unwrap();
+        let fd = bin.get().unwrap();
+        let again = bin.get().unwrap();
         let mut f = std::fs::File::from(fd);
         assert!(f.write_all(b"x").is_err(), "sealed memfd accepted a write");
         drop(again);

@@ -20,7 +20,7 @@ pub struct PodPid {
 }
 
 /// An fd of the pod's pid namespace, made on first use.
-pub fn ensure(svc: &AgentService, passed_init: Option<OwnedFd>) -> Result<OwnedFd, SpawnError> {
+pub fn ensure(svc: &AgentService) -> Result<OwnedFd, SpawnError> {
     let mut slot = svc.pod_pid.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(p) = slot.as_ref() {
         return p
@@ -30,7 +30,7 @@ pub fn ensure(svc: &AgentService, passed_init: Option<OwnedFd>) -> Result<OwnedF
     }
     let bin = svc
         .init_bin
-        .get(passed_init)
+        .get()
         .map_err(|e| internal(format!("pod pid namespace: {e}")))?;
     let pid = match clone3(CloneFlags::CLONE_NEWPID) {
         Err(e) => return Err(internal(format!("pod pid namespace: clone3: {e}"))),

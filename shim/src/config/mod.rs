@@ -31,8 +31,6 @@ pub struct RundConfig {
     pub grace_period_seconds: u32,
     /// Path of rund-agent; default: next to the shim binary, then $PATH.
     pub agent_path: Option<PathBuf>,
-    /// Path of rund-init (static); default: next to the shim binary, then $PATH.
-    pub init_path: Option<PathBuf>,
     /// Where rund keeps node-wide state (leases, pools, check cache).
     pub state_dir: PathBuf,
     /// `[cgroup]`: the node-wide cgroup pool.
@@ -117,7 +115,6 @@ impl Default for RundConfig {
         RundConfig {
             grace_period_seconds: 30,
             agent_path: None,
-            init_path: None,
             state_dir: PathBuf::from("/run/rund"),
             cgroup: Default::default(),
             devices: Default::default(),
@@ -166,11 +163,6 @@ impl RundConfig {
     /// The agent binary to start.
     pub fn agent_binary(&self) -> PathBuf {
         binary(self.agent_path.as_deref(), "rund-agent")
-    }
-
-    /// The rund-init binary containers that want an init run.
-    pub fn init_binary(&self) -> PathBuf {
-        binary(self.init_path.as_deref(), "rund-init")
     }
 }
 

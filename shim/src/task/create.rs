@@ -153,7 +153,6 @@ async fn steps(
     phases.extra("cgroup_cpu", cg.create_cpu);
 
     let (plan, ns_fds) = namespaces::plan(&spec, &role, &sandbox)?;
-    let pod_pid = plan.source("pid") == rund_proto::NsSource::NS_POD;
     let pause = crate::hooks::needs_pause(&spec);
     let options = ContainerOptions {
         namespaces: Some(plan).into(),
@@ -194,9 +193,6 @@ async fn steps(
         if let Some(fd) = cg.dir_fd() {
             owned.push((FdKind::Cgroup, fd));
         }
-    }
-    if use_init || pod_pid {
-        owned.push((FdKind::Init, init_binary(svc)?));
     }
     let spawned = spawn::container(
         Spawn {
@@ -264,15 +260,4 @@ async fn cgroup(
         }
     });
     Ok(cg)
-}
-
-/// rund-init, to be sealed into a memfd by the agent.
-fn init_binary(svc: &Service) -> Result<std::os::fd::OwnedFd> {
-    let path = svc.config().init_binary();
-    std::fs::File::open(&path).map(Into::into).map_err(|e| {
-        ShimError::FailedPrecondition(format!(
-            "the container runs rund-init as PID 1 but {} cannot be opened: {e}",
-            path.display()
-        ))
-    })
 }

@@ -109,10 +109,7 @@ pub async fn start(
         hostname,
         // With a user namespace in a host-owned netns: what Kubernetes sets
         // for userns pods, so ports below 1024 and ping work.
-        sysctls: userns
-            .as_ref()
-            .map(|u| u.pod_sysctls.clone())
-            .unwrap_or_default(),
+        sysctls: pod_sysctls(spec, userns.as_ref()),
         debug: svc.debug,
     };
     let plan = SpawnPlan {
@@ -162,4 +159,23 @@ async fn release_lease(svc: &Arc<Service>, id: &str) {
             .and_then(|s| s.release(&id))
     })
     .await;
+}
+
+/// The pod's sysctls: the sandbox spec's (CRI pod sysctls), then what rund
+/// adds for a user-namespaced pod where the spec does not set them.
+fn pod_sysctls(spec: &Spec, userns: Option<&super::userns::Plan>) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = spec
+        .linux()
+        .as_ref()
+        .and_then(|l| l.sysctl().clone())
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    out.sort();
+    for (k, v) in userns.map(|u| u.pod_sysctls.clone()).unwrap_or_default() {
+        if !out.iter().any(|(have, _)| *have == k) {
+            out.push((k, v));
+        }
+    }
+    out
 }
