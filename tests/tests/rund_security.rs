@@ -97,6 +97,14 @@ fn no_control_socket_is_reachable() {
             .all(|n| n.starts_with("/run/containerd/s/")),
         "shim {shim} names: {shim_named:?}"
     );
+    // The agent runs from a read-only mount of its binary: nothing that reaches
+    // /proc/<agent>/exe can write the host's rund-agent (runc's CVE-2019-5736).
+    let exe = std::ffi::CString::new(format!("/proc/{agent}/exe")).unwrap();
+    // SAFETY: statvfs fills the struct we pass; the path is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::statvfs(exe.as_ptr(), &mut st) }, 0);
+    assert_ne!(st.f_flag & libc::ST_RDONLY, 0, "the agent's binary is on a writable mount");
     // The name the agent used to listen on answers nobody.
     for n in 0..4 {
         let name = format!("rund-agent-{shim}-{n}");
