@@ -4,6 +4,7 @@
 pub mod fdpass;
 pub mod launch;
 pub mod options;
+pub mod sysctl;
 
 /// Blocking bindings (used by nothing today, kept for tools and tests).
 pub mod sync {

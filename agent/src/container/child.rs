@@ -108,7 +108,6 @@ fn init_setup(a: &mut InitArgs) -> Result<Prepared, String> {
     }
     let state = state_json(&a.id, Some(&a.spec), "creating");
     rootfs::build(&a.spec, &a.opts, &a.fds, &state).map_err(|e| e.to_string())?;
-    rootfs::sysctl(&a.spec).map_err(|e| e.to_string())?;
     let start_hooks = a
         .spec
         .hooks()
