@@ -2,7 +2,7 @@
 //! (as runc does), each onto an fd resolved beneath the container's root.
 
 use std::collections::HashSet;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use nix::errno::Errno;
@@ -51,13 +51,13 @@ pub fn readonly(sys: &dyn Syscall, root: BorrowedFd<'_>, paths: &[String]) -> Re
     Ok(())
 }
 
-/// Masks each path: an empty read-only tmpfs over a directory, a bind of
-/// `dev_null` (the agent's own /dev/null) over anything else. Missing
-/// paths are skipped.
+/// Masks each path: an empty read-only tmpfs over a directory, one of
+/// `dev_nulls` (detached clones of the agent's own /dev/null, made before
+/// pivot_root, one per path) over anything else. Missing paths are skipped.
 pub fn masked(
     sys: &dyn Syscall,
     root: BorrowedFd<'_>,
-    dev_null: BorrowedFd<'_>,
+    mut dev_nulls: Vec<OwnedFd>,
     paths: &[String],
 ) -> Result<(), MaskError> {
     let mut seen = HashSet::new();
@@ -84,8 +84,7 @@ pub fn masked(
             }
             .map_err(e("mount tmpfs"))?
         } else {
-            sys.clone_tree(dev_null, false)
-                .map_err(e("open_tree /dev/null"))?
+            dev_nulls.pop().ok_or(Errno::ENOENT).map_err(e("a clone of /dev/null"))?
         };
         sys.move_mount(mnt.as_fd(), target.as_fd())
             .map_err(e("move_mount"))?;
@@ -120,16 +119,15 @@ mod tests {
         let root = rec.dir("/");
         rec.seed_dir("/proc/acpi");
         rec.paths.borrow_mut().insert("/proc/kcore".into());
-        let null = rec.fd("/dev/null");
+        let nulls = (0..4).map(|_| rec.fd("clone:/dev/null")).collect();
         let paths = ["/proc/acpi", "/proc/kcore", "/proc/../proc/kcore", "/nope"]
             .map(String::from);
-        masked(&rec, root.as_fd(), null.as_fd(), &paths).unwrap();
+        masked(&rec, root.as_fd(), nulls, &paths).unwrap();
         assert_eq!(
             rec.calls(),
             [
                 "fsmount tmpfs tmpfs 0x1 nr_blocks=1,nr_inodes=1",
                 "move_mount tmpfs /proc/acpi",
-                "clone /dev/null rec=false",
                 "move_mount clone:/dev/null /proc/kcore",
             ]
         );

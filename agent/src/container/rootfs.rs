@@ -129,7 +129,7 @@ pub fn build(
     let proc_sys = (!sysctls.is_empty())
         .then(sysctl::open_proc_sys)
         .transpose()?;
-    let dev_null = (!masked.is_empty()).then(|| dev_null(&linux)).transpose()?;
+    let dev_nulls = dev_nulls(&linux, masked.len())?;
 
     nix::unistd::fchdir(root).map_err(sys("chdir rootfs"))?;
     raw::pivot_here().map_err(sys("pivot_root"))?;
@@ -160,23 +160,35 @@ pub fn build(
         sysctl::write_sysctls(fd.as_fd(), &sysctls, &sysctl_ns)?;
     }
     masks::readonly(&linux, root, &readonly)?;
-    if let Some(null) = &dev_null {
-        masks::masked(&linux, root, null.as_fd(), &masked)?;
-    }
+    masks::masked(&linux, root, dev_nulls, &masked)?;
     Ok(())
 }
 
-/// The agent's /dev/null, checked to be a character device.
-fn dev_null(linux: &Linux) -> Result<OwnedFd, RootfsError> {
+/// `n` detached clones of the agent's /dev/null (checked to be a character
+/// device) to mask files with: a mount can only be cloned from the caller's
+/// namespace, and the agent's root is gone after pivot_root.
+fn dev_nulls(linux: &Linux, n: usize) -> Result<Vec<OwnedFd>, RootfsError> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
     let fd = linux
         .open_path(Path::new("/dev/null"))
         .map_err(sys("open the agent's /dev/null"))?;
     match linux.stat(fd.as_fd()) {
-        Ok((SFlag::S_IFCHR, _)) => Ok(fd),
-        Ok(_) => Err(RootfsError::Sys {
-            op: "the agent's /dev/null is not a character device".into(),
-            errno: nix::errno::Errno::EINVAL,
-        }),
-        Err(e) => Err(sys("stat the agent's /dev/null")(e)),
+        Ok((SFlag::S_IFCHR, _)) => {}
+        Ok(_) => {
+            return Err(RootfsError::Sys {
+                op: "the agent's /dev/null is not a character device".into(),
+                errno: nix::errno::Errno::EINVAL,
+            })
+        }
+        Err(e) => return Err(sys("stat the agent's /dev/null")(e)),
     }
+    (0..n)
+        .map(|_| {
+            linux
+                .clone_tree(fd.as_fd(), false)
+                .map_err(sys("open_tree the agent's /dev/null"))
+        })
+        .collect()
 }
