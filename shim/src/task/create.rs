@@ -134,6 +134,7 @@ async fn create_inner(
             sandbox.id
         )));
     }
+    spec::namespaced::check_namespaced(&spec, sandbox.userns)?;
 
     if role == Role::PodSandbox {
         phases.mark("sandbox");
@@ -169,7 +170,6 @@ async fn create_inner(
     }
     let rlimits = devices.rlimits.clone();
     crate::rlimit::validate(&rlimits)?;
-    let host_sysfs = super::userns::sysfs_to_bind(&mut spec, &sandbox);
     let binds = super::userns::binds_mode(&spec, svc)?;
 
     let root_path = spec
@@ -195,6 +195,11 @@ async fn create_inner(
     undo.cgroup = Some(cg.clone());
     phases.mark("cgroup");
     phases.extra("cgroup_cpu", cg.create_cpu);
+    // Binds of the container's own cgroup (indices shift), then host /sys
+    // binds (in place): both cloned plainly.
+    let own_cgroup = spec::cgroupfs::OwnCgroup::of(cg.dirs());
+    let mut host_sysfs = spec::cgroupfs::expand(&mut spec, &own_cgroup, sandbox.userns);
+    host_sysfs.extend(super::userns::sysfs_to_bind(&mut spec, &sandbox));
 
     let (plan, ns_fds) = namespaces::plan(&spec, &role, &sandbox)?;
     let options = ContainerOptions {
