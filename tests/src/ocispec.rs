@@ -23,6 +23,8 @@ pub struct ConfigRun {
     pub runtime_config: Option<PathBuf>,
     /// Extra flags before the id.
     pub flags: Vec<String>,
+    /// `--runtime`; `None`: the runtime under test.
+    pub runtime: Option<String>,
 }
 
 impl Containerd {
@@ -47,7 +49,8 @@ impl Containerd {
         std::fs::create_dir_all(&dir).ctx("create specs dir", &dir)?;
         let file = dir.join(format!("{id}.json"));
         std::fs::write(&file, serde_json::to_vec_pretty(spec)?).ctx("write spec", &file)?;
-        let mut a: Vec<String> = vec!["run".into(), "--runtime".into(), self.runtime()];
+        let runtime = opts.runtime.clone().unwrap_or_else(|| self.runtime());
+        let mut a: Vec<String> = vec!["run".into(), "--runtime".into(), runtime];
         if opts.detach {
             a.extend(["-d".into(), "--null-io".into()]);
         } else {

@@ -105,7 +105,7 @@ fn render_cri(s: &mut String, l: &Layout, opts: &ContainerdOpts) {
 
 [{cri}.containerd.runtimes.rund]
   runtime_type = "io.containerd.rund.v2"
-  pod_annotations = ["*"]
+  pod_annotations = ["*", "rund.io/*"]
 "#,
         sandbox = opts.sandbox_image.as_deref().unwrap_or(BUSYBOX_IMAGE),
         default_rt = if opts.with_runc { "runc" } else { "rund" },

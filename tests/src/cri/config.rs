@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use k8s_cri::v1::{
-    ContainerConfig, ContainerMetadata, ImageSpec, KeyValue, LinuxContainerConfig,
+    Capability, ContainerConfig, ContainerMetadata, ImageSpec, KeyValue, LinuxContainerConfig,
     LinuxContainerResources, LinuxContainerSecurityContext, LinuxPodSandboxConfig,
     LinuxSandboxSecurityContext, NamespaceMode, NamespaceOption, PodSandboxConfig,
     PodSandboxMetadata,
@@ -93,6 +93,10 @@ pub struct ContainerSpec {
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
     pub resources: Option<LinuxContainerResources>,
+    /// Volumes (CRI mounts: host path, propagation, read-only).
+    pub mounts: Vec<k8s_cri::v1::Mount>,
+    /// Capabilities added to the default set (e.g. "SYS_ADMIN").
+    pub add_capabilities: Vec<String>,
 }
 
 impl ContainerSpec {
@@ -105,6 +109,8 @@ impl ContainerSpec {
             args: Vec::new(),
             env: Vec::new(),
             resources: None,
+            mounts: Vec::new(),
+            add_capabilities: Vec::new(),
         }
     }
 
@@ -129,10 +135,15 @@ impl ContainerSpec {
                     value: v.clone(),
                 })
                 .collect(),
+            mounts: self.mounts.clone(),
             linux: Some(LinuxContainerConfig {
                 resources: self.resources.clone(),
                 security_context: Some(LinuxContainerSecurityContext {
                     namespace_options: Some(pod.namespace_options()),
+                    capabilities: (!self.add_capabilities.is_empty()).then(|| Capability {
+                        add_capabilities: self.add_capabilities.clone(),
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 }),
             }),
