@@ -154,7 +154,11 @@ mod tests {
     #[test]
     fn keys_of_shared_namespaces_are_refused_naming_the_key() {
         let none = SysctlNamespaces::default();
-        for k in ["kernel.msgmax", "net.ipv4.ip_forward", "user.max_user_namespaces"] {
+        for k in [
+            "kernel.msgmax",
+            "net.ipv4.ip_forward",
+            "user.max_user_namespaces",
+        ] {
             let e = check(k, &none).unwrap_err().to_string();
             assert!(e.contains(k), "{e}");
         }

@@ -40,7 +40,10 @@ impl SharedVol {
 
 impl Drop for SharedVol {
     fn drop(&mut self) {
-        let _ = Command::new("umount").args(["-R", "-l"]).arg(&self.0).status();
+        let _ = Command::new("umount")
+            .args(["-R", "-l"])
+            .arg(&self.0)
+            .status();
     }
 }
 
@@ -94,7 +97,11 @@ fn cri_bidirectional_and_host_to_container_volumes() {
             std::thread::sleep(Duration::from_millis(50));
         }
         let saw = std::fs::read_to_string(bi.0.join("saw")).unwrap();
-        assert_eq!(saw.trim(), "yes yes", "{handler}: host mounts seen (bi, h2c)");
+        assert_eq!(
+            saw.trim(),
+            "yes yes",
+            "{handler}: host mounts seen (bi, h2c)"
+        );
         assert!(
             bi.0.join("fromctr/ok").exists(),
             "{handler}: a bidirectional volume must carry the container's mount to the host"

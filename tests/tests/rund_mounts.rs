@@ -119,7 +119,11 @@ fn symlinked_destinations_land_inside_the_rootfs() {
             .oci_spec(
                 &id,
                 &rootfs,
-                &["sh", "-c", "cat /rel/deeper/marker; echo; cat /proc/self/mountinfo"],
+                &[
+                    "sh",
+                    "-c",
+                    "cat /rel/deeper/marker; echo; cat /proc/self/mountinfo",
+                ],
             )
             .unwrap();
         add_mount(
@@ -132,16 +136,30 @@ fn symlinked_destinations_land_inside_the_rootfs() {
         );
         let out = run(&ctd, rt, &id, &spec);
         assert!(out.success(), "{rt}: {out:?}");
-        assert!(out.stdout.starts_with("from the volume"), "{rt}: {}", out.stdout);
+        assert!(
+            out.stdout.starts_with("from the volume"),
+            "{rt}: {}",
+            out.stdout
+        );
         let inside = mount_points(&out.stdout);
         let want_abs = format!("{o}/a");
         let want_rel = format!("{o}/b/deeper");
-        assert!(inside.contains(&want_abs), "{rt}: no mount at {want_abs} inside: {inside:?}");
-        assert!(inside.contains(&want_rel), "{rt}: no mount at {want_rel} inside: {inside:?}");
+        assert!(
+            inside.contains(&want_abs),
+            "{rt}: no mount at {want_abs} inside: {inside:?}"
+        );
+        assert!(
+            inside.contains(&want_rel),
+            "{rt}: no mount at {want_rel} inside: {inside:?}"
+        );
         // Created inside the rootfs, nothing on the host.
         let in_root = rootfs.join(outside.strip_prefix("/").unwrap());
         assert!(in_root.join("a").is_dir(), "{rt}: {}", in_root.display());
-        assert!(in_root.join("b/deeper").is_dir(), "{rt}: {}", in_root.display());
+        assert!(
+            in_root.join("b/deeper").is_dir(),
+            "{rt}: {}",
+            in_root.display()
+        );
         assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "{rt}");
         let on_host = host_mount_points();
         assert!(
@@ -298,7 +316,11 @@ fn rshared_rootfs_propagation_is_bidirectional() {
     for rt in BOTH {
         let id = format!("rshared-{}", short(rt));
         let got = propagation_round(&ctd, rt, &id, Some("rshared"), &["rshared"]);
-        assert_eq!(got, (true, true), "{rt}: (host->container, container->host)");
+        assert_eq!(
+            got,
+            (true, true),
+            "{rt}: (host->container, container->host)"
+        );
     }
     assert_no_leaks_within(&ctd, &before, Duration::from_secs(15));
 }
@@ -312,7 +334,11 @@ fn default_rslave_propagation_receives_and_never_sends() {
     for rt in BOTH {
         let id = format!("rslave-{}", short(rt));
         let got = propagation_round(&ctd, rt, &id, None, &[]);
-        assert_eq!(got, (true, false), "{rt}: (host->container, container->host)");
+        assert_eq!(
+            got,
+            (true, false),
+            "{rt}: (host->container, container->host)"
+        );
         let id = format!("rprivate-{}", short(rt));
         let got = propagation_round(&ctd, rt, &id, Some("rprivate"), &[]);
         assert_eq!(got, (false, false), "{rt}: rprivate");
@@ -330,7 +356,10 @@ fn shared_propagation_is_refused_in_a_user_namespace() {
     let before = LeakSnapshot::take(&ctd);
     let vol = ctd.dir.join("uvol");
     std::fs::create_dir(&vol).unwrap();
-    for (id, root, opt) in [("u-root", "rshared", "rslave"), ("u-bind", "rslave", "rshared")] {
+    for (id, root, opt) in [
+        ("u-root", "rshared", "rslave"),
+        ("u-bind", "rslave", "rshared"),
+    ] {
         let mut spec = sh(&ctd, id, "true");
         spec["linux"]["rootfsPropagation"] = json!(root);
         add_mount(
@@ -355,7 +384,13 @@ fn read_only_bind_keeps_submounts_writable_unless_rro() {
     };
     let src = ctd.dir.join("rosrc");
     std::fs::create_dir_all(src.join("sub")).unwrap();
-    host(&["mount", "-t", "tmpfs", "rosub", src.join("sub").to_str().unwrap()]);
+    host(&[
+        "mount",
+        "-t",
+        "tmpfs",
+        "rosub",
+        src.join("sub").to_str().unwrap(),
+    ]);
     let before = LeakSnapshot::take(&ctd);
     let script = "for p in /ro/top /ro/sub/x /rro/top /rro/sub/x; do \
                   if touch $p 2>/dev/null; then echo $p rw; else echo $p ro; fi; done";
@@ -392,7 +427,11 @@ fn container_sysctls_are_set_before_proc_sys_turns_read_only() {
                   /proc/sys/net/ipv4/ping_group_range; \
                   if echo 0 > /proc/sys/kernel/shm_rmid_forced; then echo writable; else echo read-only; fi";
     // rund twice: with its default user namespace and without.
-    for (rt, userns) in [(RUNC_RUNTIME, true), (RUND_RUNTIME, true), (RUND_RUNTIME, false)] {
+    for (rt, userns) in [
+        (RUNC_RUNTIME, true),
+        (RUND_RUNTIME, true),
+        (RUND_RUNTIME, false),
+    ] {
         let id = format!("sysctl-{}-{userns}", short(rt));
         let mut spec = sh(&ctd, &id, script);
         spec["linux"]["sysctl"] = json!({
@@ -413,7 +452,12 @@ fn container_sysctls_are_set_before_proc_sys_turns_read_only() {
         let out = run(&ctd, rt, &id, &spec);
         assert!(out.success(), "{id}: {out:?}");
         let l: Vec<&str> = out.stdout.lines().collect();
-        assert_eq!(l, ["1", "4321", "0\t0", "read-only"], "{id}: {}", out.stdout);
+        assert_eq!(
+            l,
+            ["1", "4321", "0\t0", "read-only"],
+            "{id}: {}",
+            out.stdout
+        );
     }
     assert_no_leaks_within(&ctd, &before, Duration::from_secs(15));
 }
@@ -496,7 +540,11 @@ fn cgroup_v1_shows_only_the_containers_own_cgroup() {
                   for d in /sys/fs/cgroup/memory/* /sys/fs/cgroup/pids/*; do [ -d $d ] && echo dir $d; done; \
                   grep -qx $$ /sys/fs/cgroup/memory/cgroup.procs && echo mine; \
                   if echo 1 > /sys/fs/cgroup/pids/pids.max; then echo writable; else echo read-only; fi";
-    for (rt, userns) in [(RUNC_RUNTIME, false), (RUND_RUNTIME, true), (RUND_RUNTIME, false)] {
+    for (rt, userns) in [
+        (RUNC_RUNTIME, false),
+        (RUND_RUNTIME, true),
+        (RUND_RUNTIME, false),
+    ] {
         let id = format!("cg-{}-{userns}", short(rt));
         let out = run(&ctd, rt, &id, &cgroup_spec(&ctd, &id, script, userns));
         assert!(out.success(), "{id}: {out:?}");
@@ -528,7 +576,11 @@ fn cgroup_v2_shows_only_the_containers_own_subtree() {
     let script = "cat /sys/fs/cgroup/memory.max; \
                   for d in /sys/fs/cgroup/*; do [ -d $d ] && echo dir $d; done; \
                   grep -qx $$ /sys/fs/cgroup/cgroup.procs && echo mine";
-    for (rt, userns) in [(RUNC_RUNTIME, false), (RUND_RUNTIME, true), (RUND_RUNTIME, false)] {
+    for (rt, userns) in [
+        (RUNC_RUNTIME, false),
+        (RUND_RUNTIME, true),
+        (RUND_RUNTIME, false),
+    ] {
         let id = format!("cg2-{}-{userns}", short(rt));
         let mut spec = cgroup_spec(&ctd, &id, script, userns);
         spec["linux"]["namespaces"]
@@ -538,7 +590,60 @@ fn cgroup_v2_shows_only_the_containers_own_subtree() {
         let out = run(&ctd, rt, &id, &spec);
         assert!(out.success(), "{id}: {out:?}");
         let l: Vec<&str> = out.stdout.lines().collect();
-        assert_eq!(l, [LIMIT.to_string().as_str(), "mine"], "{id}:\n{}", out.stdout);
+        assert_eq!(
+            l,
+            [LIMIT.to_string().as_str(), "mine"],
+            "{id}:\n{}",
+            out.stdout
+        );
+    }
+    assert_no_leaks_within(&ctd, &before, Duration::from_secs(15));
+}
+
+/// What the fd-based rewrite must keep: masked paths, read-only paths, a read-only root, the
+/// /dev tmpfs and its nodes and links, as runc gives them.
+#[test]
+fn masks_read_only_paths_root_and_dev_match_runc() {
+    let Some(ctd) = start("masks_read_only_paths_root_and_dev_match_runc") else {
+        return;
+    };
+    let before = LeakSnapshot::take(&ctd);
+    let script = "stat -c %t,%T /proc/keys /proc/timer_list; ls -A /sys/firmware | wc -l; \
+        for p in /proc/sys/kernel/domainname /rootfile /dev/shm/x; do \
+          if echo x 2>/dev/null > $p; then echo $p rw; else echo $p ro; fi; done; \
+        for d in null zero full random urandom tty; do [ -c /dev/$d ] && echo $d; done; \
+        for l in fd stdin ptmx; do readlink /dev/$l; done";
+    let want = [
+        "1,3",
+        "1,3",
+        "0",
+        "/proc/sys/kernel/domainname ro",
+        "/rootfile ro",
+        "/dev/shm/x rw",
+        "null",
+        "zero",
+        "full",
+        "random",
+        "urandom",
+        "tty",
+        "/proc/self/fd",
+        "/proc/self/fd/0",
+        "pts/ptmx",
+    ];
+    for (rt, userns) in [
+        (RUNC_RUNTIME, true),
+        (RUND_RUNTIME, true),
+        (RUND_RUNTIME, false),
+    ] {
+        let id = format!("keep-{}-{userns}", short(rt));
+        let mut spec = sh(&ctd, &id, script);
+        spec["root"]["readonly"] = json!(true);
+        if !userns {
+            set_annotation(&mut spec, "rund.io/userns", "host");
+        }
+        let out = run(&ctd, rt, &id, &spec);
+        assert!(out.success(), "{id}: {out:?}");
+        assert_eq!(out.stdout.lines().collect::<Vec<_>>(), want, "{id}");
     }
     assert_no_leaks_within(&ctd, &before, Duration::from_secs(15));
 }

@@ -132,13 +132,12 @@ pub fn populate(
         }
     }
     for (to, link) in LINKS {
-        let (dir, name) = parent_and_name(sys, root, Path::new(link)).map_err(|errno| {
-            DeviceError::Sys {
+        let (dir, name) =
+            parent_and_name(sys, root, Path::new(link)).map_err(|errno| DeviceError::Sys {
                 path: link.into(),
                 op: "resolve parent",
                 errno,
-            }
-        })?;
+            })?;
         sys.symlinkat(to, dir.as_fd(), &name)
             .map_err(|errno| DeviceError::Sys {
                 path: link.into(),

@@ -22,7 +22,10 @@ pub struct MaskError {
     errno: Errno,
 }
 
-fn err<'a>(what: &'static str, path: &'a str) -> impl Fn(&'static str) -> Box<dyn FnOnce(Errno) -> MaskError + 'a> + 'a {
+fn err<'a>(
+    what: &'static str,
+    path: &'a str,
+) -> impl Fn(&'static str) -> Box<dyn FnOnce(Errno) -> MaskError + 'a> + 'a {
     move |op| {
         Box::new(move |errno| MaskError {
             what,
@@ -35,14 +38,20 @@ fn err<'a>(what: &'static str, path: &'a str) -> impl Fn(&'static str) -> Box<dy
 
 /// Makes each path a read-only bind of itself (the top mount; submounts
 /// keep their flags, as in runc). Missing paths are skipped.
-pub fn readonly(sys: &dyn Syscall, root: BorrowedFd<'_>, paths: &[String]) -> Result<(), MaskError> {
+pub fn readonly(
+    sys: &dyn Syscall,
+    root: BorrowedFd<'_>,
+    paths: &[String],
+) -> Result<(), MaskError> {
     for p in paths {
         let e = err("readonly path", p);
         let target = match sys.resolve(root, Path::new(p), Create::No) {
             Err(Errno::ENOENT) => continue,
             r => r.map_err(e("resolve in the container"))?,
         };
-        let clone = sys.clone_tree(target.as_fd(), true).map_err(e("open_tree"))?;
+        let clone = sys
+            .clone_tree(target.as_fd(), true)
+            .map_err(e("open_tree"))?;
         sys.set_attr(clone.as_fd(), MOUNT_ATTR_RDONLY, 0, false)
             .map_err(e("mount_setattr"))?;
         sys.move_mount(clone.as_fd(), target.as_fd())
@@ -73,7 +82,12 @@ pub fn masked(
         }
         let mnt = if kind == SFlag::S_IFDIR {
             // runc's size: one block, one inode (some kernels want two).
-            match sys.fs_mount("tmpfs", "tmpfs", MsFlags::MS_RDONLY, Some("nr_blocks=1,nr_inodes=1")) {
+            match sys.fs_mount(
+                "tmpfs",
+                "tmpfs",
+                MsFlags::MS_RDONLY,
+                Some("nr_blocks=1,nr_inodes=1"),
+            ) {
                 Err(Errno::EINVAL) => sys.fs_mount(
                     "tmpfs",
                     "tmpfs",
@@ -84,7 +98,10 @@ pub fn masked(
             }
             .map_err(e("mount tmpfs"))?
         } else {
-            dev_nulls.pop().ok_or(Errno::ENOENT).map_err(e("a clone of /dev/null"))?
+            dev_nulls
+                .pop()
+                .ok_or(Errno::ENOENT)
+                .map_err(e("a clone of /dev/null"))?
         };
         sys.move_mount(mnt.as_fd(), target.as_fd())
             .map_err(e("move_mount"))?;
@@ -102,7 +119,12 @@ mod tests {
         let rec = Recorder::default();
         let root = rec.dir("/");
         rec.seed_dir("/proc/sys");
-        readonly(&rec, root.as_fd(), &["/proc/sys".into(), "/proc/missing".into()]).unwrap();
+        readonly(
+            &rec,
+            root.as_fd(),
+            &["/proc/sys".into(), "/proc/missing".into()],
+        )
+        .unwrap();
         assert_eq!(
             rec.calls(),
             [
@@ -120,8 +142,7 @@ mod tests {
         rec.seed_dir("/proc/acpi");
         rec.paths.borrow_mut().insert("/proc/kcore".into());
         let nulls = (0..4).map(|_| rec.fd("clone:/dev/null")).collect();
-        let paths = ["/proc/acpi", "/proc/kcore", "/proc/../proc/kcore", "/nope"]
-            .map(String::from);
+        let paths = ["/proc/acpi", "/proc/kcore", "/proc/../proc/kcore", "/nope"].map(String::from);
         masked(&rec, root.as_fd(), nulls, &paths).unwrap();
         assert_eq!(
             rec.calls(),

@@ -99,7 +99,11 @@ impl<'a> MountCtx<'a> {
     /// Prepares an attached tree the shim cloned from the host (the rootfs
     /// or a bind): never a host peer in a user namespace, then the
     /// rootfsPropagation value as runc's binds would inherit it.
-    pub fn tree_propagation(&self, mnt: BorrowedFd<'_>, how: Option<MsFlags>) -> Result<(), nix::errno::Errno> {
+    pub fn tree_propagation(
+        &self,
+        mnt: BorrowedFd<'_>,
+        how: Option<MsFlags>,
+    ) -> Result<(), nix::errno::Errno> {
         if self.userns {
             self.sys
                 .set_propagation(mnt, MsFlags::MS_SLAVE | MsFlags::MS_REC)?;

@@ -119,13 +119,22 @@ fn apply_mounts_onto_fds_resolved_in_the_root_in_order() {
     let fd = fds[&3].as_raw_fd();
     let want = [
         "mkdir /r/proc".to_string(),
-        format!("fsmount proc proc {:#x} ", (MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC | MsFlags::MS_NODEV).bits()),
+        format!(
+            "fsmount proc proc {:#x} ",
+            (MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC | MsFlags::MS_NODEV).bits()
+        ),
         "move_mount proc /r/proc".to_string(),
         "mkdir /r/dev".to_string(),
-        format!("fsmount tmpfs tmpfs {:#x} mode=755,size=65536k", (MsFlags::MS_NOSUID | MsFlags::MS_STRICTATIME).bits()),
+        format!(
+            "fsmount tmpfs tmpfs {:#x} mode=755,size=65536k",
+            (MsFlags::MS_NOSUID | MsFlags::MS_STRICTATIME).bits()
+        ),
         "move_mount tmpfs /r/dev".to_string(),
         "mkdir /r/dev/pts".to_string(),
-        format!("fsmount devpts devpts {:#x} newinstance,ptmxmode=0666,mode=0620,gid=5", (MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC).bits()),
+        format!(
+            "fsmount devpts devpts {:#x} newinstance,ptmxmode=0666,mode=0620,gid=5",
+            (MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC).bits()
+        ),
         "move_mount devpts /r/dev/pts".to_string(),
         // /dev/null is not a directory: the bind's mount point is a file.
         "touch /r/data".to_string(),

@@ -107,9 +107,7 @@ fn open_one(dir: BorrowedFd<'_>, name: &OsString) -> Result<OwnedFd, Errno> {
 fn walk(root: BorrowedFd<'_>, path: &Path, create: Create) -> Result<OwnedFd, Errno> {
     let mut todo = components(path);
     // The dirs walked through, root first: ".." pops one.
-    let mut stack: Vec<OwnedFd> = vec![root
-        .try_clone_to_owned()
-        .map_err(crate::sys::io_errno)?];
+    let mut stack: Vec<OwnedFd> = vec![root.try_clone_to_owned().map_err(crate::sys::io_errno)?];
     let mut links = 0;
     while let Some(name) = todo.pop_front() {
         if name == ".." {
@@ -204,16 +202,30 @@ mod tests {
         let outside = tempfile::tempdir().unwrap();
         let name = outside.path().file_name().unwrap().to_str().unwrap();
         // Points outside the root, both ways; neither target exists inside it.
-        let target = format!("/../../../../{}/{name}/made", outside.path().parent().unwrap().display());
+        let target = format!(
+            "/../../../../{}/{name}/made",
+            outside.path().parent().unwrap().display()
+        );
         std::os::unix::fs::symlink(&target, root.join("abs")).unwrap();
         std::os::unix::fs::symlink(format!("../../../..{target}"), root.join("rel")).unwrap();
         for (link, kind) in [("/abs/sub", Create::Dir), ("/rel/file", Create::File)] {
             let fd = open_in_root(r.as_fd(), Path::new(link), kind).unwrap();
             let got = real(&fd);
-            assert!(got.starts_with(root), "{link} resolved to {}", got.display());
+            assert!(
+                got.starts_with(root),
+                "{link} resolved to {}",
+                got.display()
+            );
         }
-        assert!(!outside.path().join("made").exists(), "created outside the root");
-        let inside = root.join(target.trim_start_matches("/../../../../").trim_start_matches('/'));
+        assert!(
+            !outside.path().join("made").exists(),
+            "created outside the root"
+        );
+        let inside = root.join(
+            target
+                .trim_start_matches("/../../../../")
+                .trim_start_matches('/'),
+        );
         assert!(inside.join("sub").is_dir(), "{}", inside.display());
         assert!(inside.join("file").is_file());
     }

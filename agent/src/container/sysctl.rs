@@ -140,13 +140,21 @@ mod tests {
             ipc: true,
             ..Default::default()
         };
-        let e = write_sysctls(
-            fd.as_fd(),
-            &[("kernel.shmmax".into(), "1".into())],
-            &ns,
-        )
-        .unwrap_err();
-        assert!(matches!(e, SysctlWriteError::Sys { errno: Errno::ELOOP, .. }), "{e}");
-        assert_eq!(std::fs::read_to_string(outside.path().join("shmmax")).unwrap(), "");
+        let e =
+            write_sysctls(fd.as_fd(), &[("kernel.shmmax".into(), "1".into())], &ns).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                SysctlWriteError::Sys {
+                    errno: Errno::ELOOP,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(outside.path().join("shmmax")).unwrap(),
+            ""
+        );
     }
 }

@@ -79,12 +79,7 @@ impl Recorder {
 }
 
 impl Syscall for Recorder {
-    fn resolve(
-        &self,
-        root: BorrowedFd<'_>,
-        path: &Path,
-        create: Create,
-    ) -> Result<OwnedFd, Errno> {
+    fn resolve(&self, root: BorrowedFd<'_>, path: &Path, create: Create) -> Result<OwnedFd, Errno> {
         let full = PathBuf::from(self.name(root)).join(norm(path).strip_prefix("/").unwrap());
         let full = PathBuf::from(full.to_string_lossy().trim_end_matches('/'));
         if !self.paths.borrow().contains(&full) {
@@ -152,7 +147,11 @@ impl Syscall for Recorder {
         } else {
             "private"
         };
-        let r = if how.contains(MsFlags::MS_REC) { "r" } else { "" };
+        let r = if how.contains(MsFlags::MS_REC) {
+            "r"
+        } else {
+            ""
+        };
         self.log(format!("propagation {} {r}{kind}", self.name(mnt)));
         Ok(())
     }

@@ -23,8 +23,7 @@ use raw::*;
 pub trait Syscall {
     /// Opens (O_PATH) `path` inside the tree rooted at `root`: symlinks and
     /// ".." cannot leave it. Missing parts are created as `create` says.
-    fn resolve(&self, root: BorrowedFd<'_>, path: &Path, create: Create)
-        -> Result<OwnedFd, Errno>;
+    fn resolve(&self, root: BorrowedFd<'_>, path: &Path, create: Create) -> Result<OwnedFd, Errno>;
     /// Opens (O_PATH) an absolute path of the agent's own root (never a
     /// container path), e.g. its /dev/null.
     fn open_path(&self, path: &Path) -> Result<OwnedFd, Errno>;
@@ -41,8 +40,13 @@ pub trait Syscall {
     /// A detached copy of the mount (tree, when `recursive`) at `fd`.
     fn clone_tree(&self, fd: BorrowedFd<'_>, recursive: bool) -> Result<OwnedFd, Errno>;
     /// Sets and clears MOUNT_ATTR_* bits on the mount at `mnt` (and below it when `recursive`).
-    fn set_attr(&self, mnt: BorrowedFd<'_>, set: u64, clr: u64, recursive: bool)
-        -> Result<(), Errno>;
+    fn set_attr(
+        &self,
+        mnt: BorrowedFd<'_>,
+        set: u64,
+        clr: u64,
+        recursive: bool,
+    ) -> Result<(), Errno>;
     /// Changes the propagation type of the mount at `mnt`: one of MS_SHARED,
     /// MS_SLAVE, MS_PRIVATE, MS_UNBINDABLE, with MS_REC for the whole tree.
     fn set_propagation(&self, mnt: BorrowedFd<'_>, how: MsFlags) -> Result<(), Errno>;
@@ -95,12 +99,7 @@ pub fn attrs_of(flags: MsFlags) -> u64 {
 }
 
 impl Syscall for Linux {
-    fn resolve(
-        &self,
-        root: BorrowedFd<'_>,
-        path: &Path,
-        create: Create,
-    ) -> Result<OwnedFd, Errno> {
+    fn resolve(&self, root: BorrowedFd<'_>, path: &Path, create: Create) -> Result<OwnedFd, Errno> {
         paths::open_in_root(root, path, create)
     }
     fn open_path(&self, path: &Path) -> Result<OwnedFd, Errno> {

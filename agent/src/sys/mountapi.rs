@@ -126,7 +126,7 @@ pub fn setattr_fd(
     let attr = MountAttr {
         attr_set: set,
         attr_clr: clr,
-        propagation: propagation.bits() as u64,
+        propagation: propagation.bits(),
         userns_fd: 0,
     };
     let mut flags = libc::AT_EMPTY_PATH;
@@ -189,7 +189,11 @@ pub fn fs_mount(
             fsconfig(fs, FSCONFIG_SET_FLAG, name, None)?;
         }
     }
-    for opt in data.unwrap_or_default().split(',').filter(|o| !o.is_empty()) {
+    for opt in data
+        .unwrap_or_default()
+        .split(',')
+        .filter(|o| !o.is_empty())
+    {
         match opt.split_once('=') {
             Some((k, v)) => fsconfig(fs, FSCONFIG_SET_STRING, k, Some(v))?,
             None => fsconfig(fs, FSCONFIG_SET_FLAG, opt, None)?,

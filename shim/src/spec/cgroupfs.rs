@@ -138,7 +138,10 @@ mod tests {
                     "{} {} {} {}",
                     m.destination().display(),
                     m.typ().as_deref().unwrap_or(""),
-                    m.source().as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+                    m.source()
+                        .as_ref()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default(),
                     m.options().clone().unwrap_or_default().join(",")
                 )
             })
@@ -149,7 +152,10 @@ mod tests {
     fn v1_binds_the_containers_own_dir_per_hierarchy() {
         let mut s = spec();
         let own = OwnCgroup::V1(vec![
-            ("cpu,cpuacct".into(), "/sys/fs/cgroup/cpu,cpuacct/default/c1".into()),
+            (
+                "cpu,cpuacct".into(),
+                "/sys/fs/cgroup/cpu,cpuacct/default/c1".into(),
+            ),
             ("memory".into(), "/sys/fs/cgroup/memory/default/c1".into()),
         ]);
         let binds = expand(&mut s, &own, false);
@@ -160,7 +166,9 @@ mod tests {
             [
                 "/proc proc proc ".to_string(),
                 "/sys/fs/cgroup tmpfs tmpfs nosuid,nodev,noexec,mode=755,rslave".into(),
-                format!("/sys/fs/cgroup/cpu,cpuacct bind /sys/fs/cgroup/cpu,cpuacct/default/c1 {o}"),
+                format!(
+                    "/sys/fs/cgroup/cpu,cpuacct bind /sys/fs/cgroup/cpu,cpuacct/default/c1 {o}"
+                ),
                 format!("/sys/fs/cgroup/cpu bind /sys/fs/cgroup/cpu,cpuacct/default/c1 {o}"),
                 format!("/sys/fs/cgroup/cpuacct bind /sys/fs/cgroup/cpu,cpuacct/default/c1 {o}"),
                 format!("/sys/fs/cgroup/memory bind /sys/fs/cgroup/memory/default/c1 {o}"),

@@ -111,7 +111,8 @@ mod tests {
         .unwrap()
     }
 
-    const NS: &str = r#""namespaces":[{"type":"pid"},{"type":"ipc"},{"type":"uts"},{"type":"network"}]"#;
+    const NS: &str =
+        r#""namespaces":[{"type":"pid"},{"type":"ipc"},{"type":"uts"},{"type":"network"}]"#;
 
     #[test]
     fn every_runc_propagation_is_accepted_without_userns() {
@@ -128,7 +129,10 @@ mod tests {
     fn shared_propagation_is_refused_in_a_user_namespace_naming_the_cause() {
         let s = spec(r#""rootfsPropagation":"rshared""#, "");
         let e = check_namespaced(&s, true).unwrap_err().to_string();
-        assert!(e.contains("user namespace") && e.contains("rund.io/userns"), "{e}");
+        assert!(
+            e.contains("user namespace") && e.contains("rund.io/userns"),
+            "{e}"
+        );
         let s = spec(
             "",
             r#"{"destination":"/v","type":"bind","source":"/tmp","options":["rbind","rshared"]}"#,
@@ -142,7 +146,9 @@ mod tests {
     #[test]
     fn sysctls_follow_the_namespaces() {
         let s = spec(
-            &format!(r#"{NS},"sysctl":{{"kernel.shm_rmid_forced":"1","net.ipv4.ping_group_range":"0 0"}}"#),
+            &format!(
+                r#"{NS},"sysctl":{{"kernel.shm_rmid_forced":"1","net.ipv4.ping_group_range":"0 0"}}"#
+            ),
             "",
         );
         check_namespaced(&s, false).unwrap();
@@ -152,7 +158,10 @@ mod tests {
             "",
         );
         let e = check_namespaced(&s, false).unwrap_err().to_string();
-        assert!(e.contains("net.ipv4.ip_forward") && e.contains("network"), "{e}");
+        assert!(
+            e.contains("net.ipv4.ip_forward") && e.contains("network"),
+            "{e}"
+        );
         // Joining the shim's own netns by path is the host's too.
         let s = spec(
             r#""namespaces":[{"type":"pid"},{"type":"network","path":"/proc/self/ns/net"}],"sysctl":{"net.ipv4.ip_forward":"1"}"#,
@@ -161,7 +170,10 @@ mod tests {
         assert!(check_namespaced(&s, false).is_err());
         let s = spec(&format!(r#"{NS},"sysctl":{{"vm.swappiness":"1"}}"#), "");
         let e = check_namespaced(&s, false).unwrap_err().to_string();
-        assert!(e.contains("linux.sysctl") && e.contains("vm.swappiness"), "{e}");
+        assert!(
+            e.contains("linux.sysctl") && e.contains("vm.swappiness"),
+            "{e}"
+        );
         let s = spec(&format!(r#"{NS},"sysctl":{{"kernel..shmmax":"1"}}"#), "");
         assert!(check_namespaced(&s, false).is_err());
     }
