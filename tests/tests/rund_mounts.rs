@@ -281,6 +281,7 @@ fn propagation_round(
     id: &str,
     root: Option<&str>,
     bind_opts: &[&str],
+    userns: bool,
 ) -> (bool, bool) {
     let vol = SharedVol::new(ctd.dir.join(format!("vol-{id}")));
     let mut spec = sh(ctd, id, PROPAGATION_SCRIPT);
@@ -294,7 +295,9 @@ fn propagation_round(
         spec["linux"]["rootfsPropagation"] = json!(p);
     }
     add_cap(&mut spec, "CAP_SYS_ADMIN");
-    set_annotation(&mut spec, "rund.io/userns", "host");
+    if !userns {
+        set_annotation(&mut spec, "rund.io/userns", "host");
+    }
     run_detached(ctd, rt, id, &spec);
     let from_host = vol.0.join("fromhost");
     host(&["mount", "-t", "tmpfs", "host", from_host.to_str().unwrap()]);
@@ -315,7 +318,7 @@ fn rshared_rootfs_propagation_is_bidirectional() {
     let before = LeakSnapshot::take(&ctd);
     for rt in BOTH {
         let id = format!("rshared-{}", short(rt));
-        let got = propagation_round(&ctd, rt, &id, Some("rshared"), &["rshared"]);
+        let got = propagation_round(&ctd, rt, &id, Some("rshared"), &["rshared"], false);
         assert_eq!(
             got,
             (true, true),
@@ -333,16 +336,20 @@ fn default_rslave_propagation_receives_and_never_sends() {
     let before = LeakSnapshot::take(&ctd);
     for rt in BOTH {
         let id = format!("rslave-{}", short(rt));
-        let got = propagation_round(&ctd, rt, &id, None, &[]);
+        let got = propagation_round(&ctd, rt, &id, None, &[], false);
         assert_eq!(
             got,
             (true, false),
             "{rt}: (host->container, container->host)"
         );
         let id = format!("rprivate-{}", short(rt));
-        let got = propagation_round(&ctd, rt, &id, Some("rprivate"), &[]);
+        let got = propagation_round(&ctd, rt, &id, Some("rprivate"), &[], false);
         assert_eq!(got, (false, false), "{rt}: rprivate");
     }
+    // rund's own user namespace, no propagation asked for: still receives, and a mount made
+    // inside (by root of the user namespace) never reaches the host.
+    let got = propagation_round(&ctd, RUND_RUNTIME, "rslave-userns", None, &[], true);
+    assert_eq!(got, (true, false), "rund in a user namespace");
     assert_no_leaks_within(&ctd, &before, Duration::from_secs(15));
 }
 
