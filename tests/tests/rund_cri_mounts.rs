@@ -4,48 +4,15 @@
 //! (rslave) only into the container. rund's pod opts out of its user namespace
 //! (`rund.io/userns: host`): with one, shared propagation is refused (see rund_mounts.rs).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_cri::v1::{Mount, MountPropagation};
+use rund_tests::fsview::SharedVol;
 use rund_tests::{
     assert_no_leaks_within, ContainerSpec, Containerd, ContainerdOpts, LeakSnapshot, PodSpec,
     BUSYBOX_IMAGE,
 };
-
-fn host(args: &[&str]) {
-    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(out.status.success(), "{args:?}: {out:?}");
-}
-
-/// A shared tmpfs (its own peer group), unmounted with what propagated into it on drop.
-struct SharedVol(PathBuf);
-
-impl SharedVol {
-    fn new(path: PathBuf) -> SharedVol {
-        std::fs::create_dir_all(&path).unwrap();
-        let p = path.to_str().unwrap();
-        host(&["mount", "-t", "tmpfs", "rund-vol", p]);
-        host(&["mount", "--make-shared", p]);
-        for d in ["fromhost", "fromctr"] {
-            std::fs::create_dir(path.join(d)).unwrap();
-        }
-        let from_host = path.join("fromhost");
-        host(&["mount", "-t", "tmpfs", "host", from_host.to_str().unwrap()]);
-        std::fs::write(from_host.join("flag"), "").unwrap();
-        SharedVol(path)
-    }
-}
-
-impl Drop for SharedVol {
-    fn drop(&mut self) {
-        let _ = Command::new("umount")
-            .args(["-R", "-l"])
-            .arg(&self.0)
-            .status();
-    }
-}
 
 fn volume(container: &str, host: &Path, p: MountPropagation) -> Mount {
     Mount {
@@ -74,6 +41,8 @@ fn cri_bidirectional_and_host_to_container_volumes() {
     for handler in ["runc", "rund"] {
         let bi = SharedVol::new(ctd.dir.join(format!("bi-{handler}")));
         let h2c = SharedVol::new(ctd.dir.join(format!("h2c-{handler}")));
+        bi.mount_from_host();
+        h2c.mount_from_host();
         let before = LeakSnapshot::take(&ctd);
         let mut pod = PodSpec::new(&format!("prop-{handler}"), &ctd.cgroup_parent);
         pod.annotations
