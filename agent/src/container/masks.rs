@@ -22,17 +22,16 @@ pub struct MaskError {
     errno: Errno,
 }
 
-fn err<'a>(
+fn fail<'a>(
     what: &'static str,
     path: &'a str,
-) -> impl Fn(&'static str) -> Box<dyn FnOnce(Errno) -> MaskError + 'a> + 'a {
-    move |op| {
-        Box::new(move |errno| MaskError {
-            what,
-            path: path.to_string(),
-            op,
-            errno,
-        })
+    op: &'static str,
+) -> impl FnOnce(Errno) -> MaskError + 'a {
+    move |errno| MaskError {
+        what,
+        path: path.to_string(),
+        op,
+        errno,
     }
 }
 
@@ -44,7 +43,7 @@ pub fn readonly(
     paths: &[String],
 ) -> Result<(), MaskError> {
     for p in paths {
-        let e = err("readonly path", p);
+        let e = |op| fail("readonly path", p, op);
         let target = match sys.resolve(root, Path::new(p), Create::No) {
             Err(Errno::ENOENT) => continue,
             r => r.map_err(e("resolve in the container"))?,
@@ -71,7 +70,7 @@ pub fn masked(
 ) -> Result<(), MaskError> {
     let mut seen = HashSet::new();
     for p in paths {
-        let e = err("masked path", p);
+        let e = |op| fail("masked path", p, op);
         let target = match sys.resolve(root, Path::new(p), Create::No) {
             Err(Errno::ENOENT) => continue,
             r => r.map_err(e("resolve in the container"))?,
