@@ -158,4 +158,67 @@ mod tests {
             }
         }
     }
+
+    /// What a container's cgroup2 view rests on: a cgroup namespace made by
+    /// the same clone3 that starts the child in its cgroup is rooted at that
+    /// cgroup, so a fresh cgroup2 mount shows it (and nothing above) at its
+    /// top. Needs root and a cgroup2 mount (pure v2, or the hybrid's unified).
+    #[test]
+    fn clone3_into_with_a_new_cgroup_namespace_roots_it_at_the_cgroup() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skip: needs root");
+            return;
+        }
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+        let Some(root) = mounts.lines().find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(2) == Some(&"cgroup2")).then(|| std::path::PathBuf::from(f[1]))
+        }) else {
+            eprintln!("skip: no cgroup2 mount");
+            return;
+        };
+        let dir = root.join(format!("rund-agent-cgns-{}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap();
+        let fd = std::fs::File::open(&dir).unwrap();
+        let view = tempfile::tempdir().unwrap();
+        let flags = CloneFlags::CLONE_NEWCGROUP | CloneFlags::CLONE_NEWNS;
+        match clone3_into(flags, Some(std::os::fd::AsFd::as_fd(&fd))) {
+            Ok(None) => {
+                use nix::mount::{mount, MsFlags};
+                let none = None::<&str>;
+                let ok = (|| {
+                    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+                    own.lines().any(|l| l == "0::/").then_some(())?;
+                    mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none).ok()?;
+                    mount(
+                        Some("cgroup2"),
+                        view.path(),
+                        Some("cgroup2"),
+                        MsFlags::empty(),
+                        none,
+                    )
+                    .ok()?;
+                    let procs = std::fs::read_to_string(view.path().join("cgroup.procs")).ok()?;
+                    let me = std::process::id().to_string();
+                    (procs.lines().collect::<Vec<_>>() == [me.as_str()]).then_some(())
+                })();
+                // SAFETY: leave the forked test child at once, running no test-harness code.
+                unsafe { libc::_exit(i32::from(ok.is_none())) };
+            }
+            Ok(Some(pid)) => {
+                let st = nix::sys::wait::waitpid(pid, None).unwrap();
+                let _ = std::fs::remove_dir(&dir);
+                assert_eq!(
+                    st,
+                    nix::sys::wait::WaitStatus::Exited(pid, 0),
+                    "the new cgroup namespace is not rooted at {}",
+                    dir.display()
+                );
+            }
+            Err(e) => {
+                let _ = std::fs::remove_dir(&dir);
+                panic!("clone3(CLONE_INTO_CGROUP | CLONE_NEWCGROUP): {e}");
+            }
+        }
+    }
 }
