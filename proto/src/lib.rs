@@ -4,6 +4,7 @@
 pub mod conn;
 pub mod fdpass;
 pub mod launch;
+pub mod sysctl;
 
 /// Bumped on every incompatible change to this crate's wire formats; the
 /// shim sends it in Ping and the agent refuses a different one.

@@ -12,6 +12,7 @@ pub mod cmd;
 pub mod containerd;
 pub mod cri;
 pub mod error;
+pub mod fsview;
 pub mod image;
 pub mod inside;
 pub mod leaks;

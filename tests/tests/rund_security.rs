@@ -104,7 +104,11 @@ fn no_control_socket_is_reachable() {
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
     assert_eq!(unsafe { libc::statvfs(exe.as_ptr(), &mut st) }, 0);
-    assert_ne!(st.f_flag & libc::ST_RDONLY, 0, "the agent's binary is on a writable mount");
+    assert_ne!(
+        st.f_flag & libc::ST_RDONLY,
+        0,
+        "the agent's binary is on a writable mount"
+    );
     // The name the agent used to listen on answers nobody.
     for n in 0..4 {
         let name = format!("rund-agent-{shim}-{n}");

@@ -129,7 +129,6 @@ fn init_setup(a: &mut InitArgs) -> Result<Prepared, String> {
         Ok(())
     };
     rootfs::build(&a.spec, &a.opts, &a.fds, &mut before_pivot).map_err(|e| e.to_string())?;
-    rootfs::sysctl(&a.spec).map_err(|e| e.to_string())?;
     let start_hooks = a
         .spec
         .hooks()

@@ -1,14 +1,14 @@
 //! Device nodes and the standard symlinks in a container's tmpfs /dev.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use nix::errno::Errno;
 use nix::sys::stat::SFlag;
 use oci_spec::runtime::{LinuxDevice, LinuxDeviceType};
 
-use super::paths::secure_join;
+use super::paths::Create;
 use crate::sys::Syscall;
 
 #[derive(Debug, thiserror::Error)]
@@ -87,11 +87,12 @@ pub fn plan(spec_devices: &[LinuxDevice]) -> Vec<Node> {
     nodes
 }
 
-/// Creates the nodes (mknod, or a bind of the passed fd) and the symlinks.
-/// Paths already present (e.g. bind-mounted by a spec mount) are left alone.
+/// Creates the nodes (mknod, or a bind of the passed fd) and the symlinks
+/// beneath `root` (the container's rootfs fd). Paths already present (e.g.
+/// bind-mounted by a spec mount) are left alone.
 pub fn populate(
     sys: &dyn Syscall,
-    root: &Path,
+    root: BorrowedFd<'_>,
     nodes: &[Node],
     fds: &HashMap<String, OwnedFd>,
     userns: bool,
@@ -102,14 +103,17 @@ pub fn populate(
             op,
             errno,
         };
-        let target = secure_join(root, Path::new(&n.path)).map_err(|e| err("resolve", e))?;
-        if sys.exists(&target) {
-            continue;
+        let path = Path::new(&n.path);
+        match sys.resolve(root, path, Create::No) {
+            Ok(_) => continue,
+            Err(Errno::ENOENT) => {}
+            Err(e) => return Err(err("resolve", e)),
         }
         if let Some(fd) = fds.get(&n.path) {
-            sys.touch(&target)
+            let target = sys
+                .resolve(root, path, Create::File)
                 .map_err(|e| err("create mount point", e))?;
-            sys.move_mount(fd.as_fd(), &target)
+            sys.move_mount(fd.as_fd(), target.as_fd())
                 .map_err(|e| err("move_mount", e))?;
             continue;
         }
@@ -118,25 +122,45 @@ pub fn populate(
                 path: n.path.clone(),
             });
         }
+        let (dir, name) = parent_and_name(sys, root, path).map_err(|e| err("resolve parent", e))?;
         let dev = nix::sys::stat::makedev(n.major as u64, n.minor as u64);
-        sys.mknod(&target, n.kind, n.mode & 0o7777, dev)
+        sys.mknodat(dir.as_fd(), &name, n.kind, n.mode & 0o7777, dev)
             .map_err(|e| err("mknod", e))?;
         if n.uid.is_some() || n.gid.is_some() {
-            sys.chown(&target, n.uid, n.gid)
+            sys.chownat(dir.as_fd(), &name, n.uid, n.gid)
                 .map_err(|e| err("chown", e))?;
         }
     }
     for (to, link) in LINKS {
-        let target = root.join(link.trim_start_matches('/'));
-        if !sys.exists(&target) {
-            sys.symlink(to, &target).map_err(|errno| DeviceError::Sys {
+        let (dir, name) =
+            parent_and_name(sys, root, Path::new(link)).map_err(|errno| DeviceError::Sys {
+                path: link.into(),
+                op: "resolve parent",
+                errno,
+            })?;
+        sys.symlinkat(to, dir.as_fd(), &name)
+            .map_err(|errno| DeviceError::Sys {
                 path: link.into(),
                 op: "symlink",
                 errno,
             })?;
-        }
     }
     Ok(())
+}
+
+/// The parent dir of `path` (created if missing) as an fd, and the last name.
+fn parent_and_name(
+    sys: &dyn Syscall,
+    root: BorrowedFd<'_>,
+    path: &Path,
+) -> Result<(OwnedFd, String), Errno> {
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or(Errno::EINVAL)?
+        .to_string();
+    let parent = path.parent().unwrap_or(Path::new("/"));
+    Ok((sys.resolve(root, parent, Create::Dir)?, name))
 }
 
 #[cfg(test)]
@@ -171,7 +195,9 @@ mod tests {
     #[test]
     fn mknod_without_userns_and_links() {
         let rec = Recorder::default();
-        populate(&rec, Path::new("/r"), &plan(&[]), &HashMap::new(), false).unwrap();
+        let root = rec.dir("/r");
+        rec.seed_dir("/r/dev");
+        populate(&rec, root.as_fd(), &plan(&[]), &HashMap::new(), false).unwrap();
         let calls = rec.calls();
         assert_eq!(
             calls[0],
@@ -187,6 +213,7 @@ mod tests {
     #[test]
     fn userns_binds_passed_fds_and_refuses_missing_ones() {
         let rec = Recorder::default();
+        let root = rec.dir("/r");
         let mut fds = HashMap::new();
         for (p, _, _) in DEFAULTS {
             fds.insert(
@@ -194,17 +221,17 @@ mod tests {
                 OwnedFd::from(std::fs::File::open("/dev/null").unwrap()),
             );
         }
-        populate(&rec, Path::new("/r"), &plan(&[]), &fds, true).unwrap();
+        populate(&rec, root.as_fd(), &plan(&[]), &fds, true).unwrap();
         assert!(rec.calls().iter().all(|c| !c.starts_with("mknod")));
+        assert!(
+            rec.calls().contains(&"touch /r/dev/null".to_string()),
+            "{:?}",
+            rec.calls()
+        );
         fds.remove("/dev/tty");
-        let err = populate(
-            &Recorder::default(),
-            Path::new("/r"),
-            &plan(&[]),
-            &fds,
-            true,
-        )
-        .unwrap_err();
+        let rec = Recorder::default();
+        let root = rec.dir("/r");
+        let err = populate(&rec, root.as_fd(), &plan(&[]), &fds, true).unwrap_err();
         assert!(err.to_string().contains("/dev/tty"), "{err}");
     }
 }

@@ -17,9 +17,13 @@ pub struct MountOptions {
     pub bind: bool,
     /// Recursive bind ("rbind").
     pub recursive: bool,
-    /// mount_setattr bits to set / clear (for binds, which come as fds).
+    /// mount_setattr bits to set / clear on the top mount only (binds come
+    /// as fds; "ro" on a bind leaves its submounts alone, as in runc).
     pub attr_set: u64,
     pub attr_clr: u64,
+    /// Bits set / cleared on the whole tree ("rro", "rnosuid", ...).
+    pub rattr_set: u64,
+    pub rattr_clr: u64,
 }
 
 impl Default for MountOptions {
@@ -32,6 +36,8 @@ impl Default for MountOptions {
             recursive: false,
             attr_set: 0,
             attr_clr: 0,
+            rattr_set: 0,
+            rattr_clr: 0,
         }
     }
 }
@@ -99,7 +105,20 @@ pub fn parse(options: &[String]) -> MountOptions {
             }
             "defaults" => continue,
             other => {
-                if let Some(p) = propagation(other) {
+                if let Some((clear, bit)) = recursive_attr(other) {
+                    if clear {
+                        o.rattr_clr |= bit;
+                        o.rattr_set &= !bit;
+                    } else {
+                        o.rattr_set |= bit;
+                        o.rattr_clr &= !bit;
+                    }
+                    // mount_setattr(2): an atime mode is set by clearing
+                    // the whole atime field too.
+                    if bit & MOUNT_ATTR_ATIME == bit {
+                        o.rattr_clr |= MOUNT_ATTR_ATIME;
+                    }
+                } else if let Some(p) = propagation(other) {
                     o.propagation.push(p);
                 } else {
                     o.data.push(other.to_string());
@@ -119,7 +138,32 @@ pub fn parse(options: &[String]) -> MountOptions {
     o
 }
 
-fn propagation(opt: &str) -> Option<MsFlags> {
+/// runc's recursive mount attributes (`rro`, ...): (clears, MOUNT_ATTR_*).
+fn recursive_attr(opt: &str) -> Option<(bool, u64)> {
+    Some(match opt {
+        "rro" => (false, MOUNT_ATTR_RDONLY),
+        "rrw" => (true, MOUNT_ATTR_RDONLY),
+        "rnosuid" => (false, MOUNT_ATTR_NOSUID),
+        "rsuid" => (true, MOUNT_ATTR_NOSUID),
+        "rnodev" => (false, MOUNT_ATTR_NODEV),
+        "rdev" => (true, MOUNT_ATTR_NODEV),
+        "rnoexec" => (false, MOUNT_ATTR_NOEXEC),
+        "rexec" => (true, MOUNT_ATTR_NOEXEC),
+        "rnodiratime" => (false, MOUNT_ATTR_NODIRATIME),
+        "rdiratime" => (true, MOUNT_ATTR_NODIRATIME),
+        "rrelatime" => (false, MOUNT_ATTR_RELATIME),
+        "rnorelatime" => (true, MOUNT_ATTR_RELATIME),
+        "rnoatime" => (false, MOUNT_ATTR_NOATIME),
+        "ratime" => (true, MOUNT_ATTR_NOATIME),
+        "rstrictatime" => (false, MOUNT_ATTR_STRICTATIME),
+        "rnostrictatime" => (true, MOUNT_ATTR_STRICTATIME),
+        "rnosymfollow" => (false, MOUNT_ATTR_NOSYMFOLLOW),
+        "rsymfollow" => (true, MOUNT_ATTR_NOSYMFOLLOW),
+        _ => return None,
+    })
+}
+
+pub fn propagation(opt: &str) -> Option<MsFlags> {
     Some(match opt {
         "private" => MsFlags::MS_PRIVATE,
         "rprivate" => MsFlags::MS_PRIVATE | MsFlags::MS_REC,
@@ -187,6 +231,21 @@ mod tests {
         assert_eq!(o.propagation, vec![MsFlags::MS_PRIVATE | MsFlags::MS_REC]);
         assert_eq!(o.attr_set, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID);
         assert!(o.data.is_empty());
+    }
+
+    #[test]
+    fn recursive_attrs_are_kept_apart_from_top_only_ones() {
+        let o = p(&["rbind", "ro"]);
+        assert_eq!((o.attr_set, o.rattr_set), (MOUNT_ATTR_RDONLY, 0));
+        let o = p(&["rbind", "rro", "rnosuid"]);
+        assert_eq!(o.attr_set, 0);
+        assert_eq!(o.rattr_set, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID);
+        assert!(o.data.is_empty(), "{:?}", o.data);
+        let o = p(&["rro", "rrw"]);
+        assert_eq!((o.rattr_set, o.rattr_clr), (0, MOUNT_ATTR_RDONLY));
+        let o = p(&["rnoatime"]);
+        assert_eq!(o.rattr_set, MOUNT_ATTR_NOATIME);
+        assert_eq!(o.rattr_clr, MOUNT_ATTR_ATIME);
     }
 
     #[test]

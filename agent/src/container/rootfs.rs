@@ -1,18 +1,22 @@
 //! Building a container's filesystem view, in its fresh mount namespace (a
-//! copy of the agent's tiny root): attach the rootfs, do the OCI mounts,
-//! /dev, masked and read-only paths, then pivot_root into it.
+//! copy of the agent's tiny root), in runc's order: attach the rootfs, the
+//! OCI mounts, /dev, createContainer hooks, pivot_root, root propagation,
+//! read-only mounts, sysctls, read-only paths, masked paths. Every path
+//! inside the container is resolved beneath an fd of its root.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
 use nix::mount::MsFlags;
+use nix::sys::stat::SFlag;
 use oci_spec::runtime::Spec;
+use rund_proto::sysctl::SysctlError;
 use rund_proto::ContainerOptions;
 
-use super::devices;
 use super::fds::PassedFds;
-use super::mounts::{self, MountCtx};
-use super::paths::secure_join;
+use super::mounter::MountCtx;
+use super::propagation::{PropagationError, RootPropagation};
+use super::{devices, masks, mounts, sysctl};
 use crate::sys::raw::{self, MOUNT_ATTR_RDONLY};
 use crate::sys::{Linux, Syscall};
 
@@ -33,6 +37,14 @@ pub enum RootfsError {
     Mount(#[from] mounts::MountError),
     #[error(transparent)]
     Device(#[from] devices::DeviceError),
+    #[error(transparent)]
+    Propagation(#[from] PropagationError),
+    #[error(transparent)]
+    Mask(#[from] masks::MaskError),
+    #[error(transparent)]
+    SysctlKey(#[from] SysctlError),
+    #[error(transparent)]
+    Sysctl(#[from] sysctl::SysctlWriteError),
     #[error("{0}")]
     Hook(String),
 }
@@ -42,7 +54,7 @@ fn sys(op: impl Into<String>) -> impl FnOnce(nix::errno::Errno) -> RootfsError {
     move |errno| RootfsError::Sys { op, errno }
 }
 
-/// Everything up to and including pivot_root. On return the process' root
+/// Everything up to a finished container root: on return the process' root
 /// is the container rootfs and its cwd is `/`. `before_pivot` runs once the
 /// mounts are done (the shim's runtime-namespace hooks pause there).
 pub fn build(
@@ -52,6 +64,27 @@ pub fn build(
     before_pivot: &mut dyn FnMut() -> Result<(), String>,
 ) -> Result<(), RootfsError> {
     let linux = Linux;
+    let lin = spec.linux().as_ref();
+    let list = |v: Option<&Vec<String>>| v.cloned().unwrap_or_default();
+    let masked = list(lin.and_then(|l| l.masked_paths().as_ref()));
+    let readonly = list(lin.and_then(|l| l.readonly_paths().as_ref()));
+    let propagation = RootPropagation::parse(
+        lin.and_then(|l| l.rootfs_propagation().as_deref()),
+        opts.userns,
+    )?;
+    let steps = mounts::plan(spec.mounts().as_deref().unwrap_or_default(), opts.userns)?;
+    // Checked before anything is mounted; written after pivot_root.
+    let mut sysctls: Vec<(String, String)> = lin
+        .and_then(|l| l.sysctl().clone())
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    sysctls.sort();
+    let sysctl_ns = sysctl::own_namespaces(opts.userns);
+    for (k, _) in &sysctls {
+        rund_proto::sysctl::check(k, &sysctl_ns)?;
+    }
+
     nix::mount::mount(
         None::<&str>,
         "/",
@@ -60,115 +93,97 @@ pub fn build(
         None::<&str>,
     )
     .map_err(sys("make / rprivate"))?;
-    let root = Path::new(ATTACH_DIR);
     let rootfs = fds.rootfs.as_ref().ok_or(RootfsError::NoRootfs)?;
+    let attach = linux
+        .open_path(Path::new(ATTACH_DIR))
+        .map_err(sys("open the attach dir"))?;
     linux
-        .move_mount(rootfs.as_fd(), root)
+        .move_mount(rootfs.as_fd(), attach.as_fd())
         .map_err(sys("attach rootfs (move_mount)"))?;
+    // The detached tree's fd now names the attached rootfs.
+    let root = rootfs.as_fd();
     let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-    let steps = mounts::plan(spec.mounts().as_deref().unwrap_or_default())?;
     let ctx = MountCtx {
         sys: &linux,
         root,
         fds: &fds.mounts,
         cgroups: &cgroups,
+        propagation,
+        userns: opts.userns,
     };
-    let dev_tmpfs = ctx.apply(&steps)?;
-    let linux_spec = spec.linux().as_ref();
-    if dev_tmpfs {
-        let nodes = devices::plan(
-            linux_spec
-                .and_then(|l| l.devices().as_deref())
-                .unwrap_or_default(),
-        );
+    ctx.tree_propagation(root, Some(propagation.for_rootfs()))
+        .map_err(sys("set rootfs propagation"))?;
+    let applied = ctx.apply(&steps)?;
+    if applied.dev_tmpfs {
+        let nodes = devices::plan(lin.and_then(|l| l.devices().as_deref()).unwrap_or_default());
         devices::populate(&linux, root, &nodes, &fds.devices, opts.userns)?;
     }
     before_pivot().map_err(RootfsError::Hook)?;
-    for p in linux_spec
-        .and_then(|l| l.masked_paths().as_ref())
-        .into_iter()
-        .flatten()
-    {
-        mask(root, p)?;
+    // The agent's own /proc/sys and /dev/null, opened while its root is
+    // still reachable: a container's may be masked or fake.
+    let proc_sys = (!sysctls.is_empty())
+        .then(sysctl::open_proc_sys)
+        .transpose()?;
+    let dev_nulls = dev_nulls(&linux, masked.len())?;
+
+    nix::unistd::fchdir(root).map_err(sys("chdir rootfs"))?;
+    raw::pivot_here().map_err(sys("pivot_root"))?;
+    let root = linux
+        .open_path(Path::new("/"))
+        .map_err(sys("open the new root"))?;
+    let root = root.as_fd();
+    if let Some(how) = propagation.after_pivot() {
+        linux
+            .set_propagation(root, how)
+            .map_err(sys("set root propagation"))?;
     }
-    for p in linux_spec
-        .and_then(|l| l.readonly_paths().as_ref())
-        .into_iter()
-        .flatten()
-    {
-        readonly(root, p)?;
+    for m in &applied.read_only_later {
+        linux
+            .set_attr(m.as_fd(), MOUNT_ATTR_RDONLY, 0, false)
+            .map_err(sys("make a tmpfs read-only"))?;
     }
     if spec
         .root()
         .as_ref()
         .is_some_and(|r| r.readonly().unwrap_or(false))
     {
-        raw::mount_setattr(root, MOUNT_ATTR_RDONLY, 0, false)
+        linux
+            .set_attr(root, MOUNT_ATTR_RDONLY, 0, false)
             .map_err(sys("make rootfs read-only"))?;
     }
-    nix::unistd::chdir(root).map_err(sys("chdir rootfs"))?;
-    raw::pivot_here().map_err(sys("pivot_root"))?;
+    if let Some(fd) = &proc_sys {
+        sysctl::write_sysctls(fd.as_fd(), &sysctls, &sysctl_ns)?;
+    }
+    masks::readonly(&linux, root, &readonly)?;
+    masks::masked(&linux, root, dev_nulls, &masked)?;
     Ok(())
 }
 
-/// Masks a path: /dev/null over files, an empty read-only tmpfs over dirs.
-fn mask(root: &Path, p: &str) -> Result<(), RootfsError> {
-    let target = secure_join(root, Path::new(p)).map_err(sys(format!("masked path {p}")))?;
-    let Ok(md) = target.metadata() else {
-        return Ok(());
-    };
-    let r = if md.is_dir() {
-        nix::mount::mount(
-            Some("tmpfs"),
-            &target,
-            Some("tmpfs"),
-            MsFlags::MS_RDONLY,
-            Some("size=0"),
-        )
-    } else {
-        nix::mount::mount(
-            Some("/dev/null"),
-            &target,
-            None::<&str>,
-            MsFlags::MS_BIND,
-            None::<&str>,
-        )
-    };
-    r.map_err(sys(format!("mask {p}")))
-}
-
-/// Makes a path read-only: a recursive self-bind made read-only.
-fn readonly(root: &Path, p: &str) -> Result<(), RootfsError> {
-    let target = secure_join(root, Path::new(p)).map_err(sys(format!("readonly path {p}")))?;
-    if target.symlink_metadata().is_err() {
-        return Ok(());
+/// `n` detached clones of the agent's /dev/null (checked to be a character
+/// device) to mask files with: a mount can only be cloned from the caller's
+/// namespace, and the agent's root is gone after pivot_root.
+fn dev_nulls(linux: &Linux, n: usize) -> Result<Vec<OwnedFd>, RootfsError> {
+    if n == 0 {
+        return Ok(Vec::new());
     }
-    nix::mount::mount(
-        Some(&target),
-        &target,
-        None::<&str>,
-        MsFlags::MS_BIND | MsFlags::MS_REC,
-        None::<&str>,
-    )
-    .map_err(sys(format!("bind {p}")))?;
-    raw::mount_setattr(&target, MOUNT_ATTR_RDONLY, 0, true)
-        .map_err(sys(format!("make {p} read-only")))
-}
-
-/// linux.sysctl, written after pivot_root through the container's /proc.
-pub fn sysctl(spec: &Spec) -> Result<(), RootfsError> {
-    for (k, v) in spec
-        .linux()
-        .as_ref()
-        .and_then(|l| l.sysctl().as_ref())
-        .into_iter()
-        .flatten()
-    {
-        let path = Path::new("/proc/sys").join(k.replace('.', "/"));
-        std::fs::write(&path, v).map_err(|e| RootfsError::Sys {
-            op: format!("sysctl {k}={v} ({})", path.display()),
-            errno: crate::sys::io_errno(e),
-        })?;
+    let fd = linux
+        .open_path(Path::new("/dev/null"))
+        .map_err(sys("open the agent's /dev/null"))?;
+    match linux.stat(fd.as_fd()) {
+        Ok((SFlag::S_IFCHR, _)) => {}
+        Ok(_) => {
+            return Err(RootfsError::Sys {
+                op: "the agent's /dev/null is not a character device".into(),
+                errno: nix::errno::Errno::EINVAL,
+            })
+        }
+        Err(e) => return Err(sys("stat the agent's /dev/null")(e)),
     }
-    Ok(())
+    (0..n)
+        .map(|_| {
+            linux
+                .clone_tree(fd.as_fd(), false)
+                .map_err(sys("open_tree the agent's /dev/null"))
+        })
+        .collect()
 }

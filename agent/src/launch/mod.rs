@@ -80,28 +80,13 @@ fn launch(sync: BorrowedFd<'_>) -> Result<(), LaunchError> {
             setns(fd.as_fd(), f).map_err(sys(format!("setns {n}")))?;
         }
     }
+    let joined: Vec<String> = ns.keys().cloned().collect();
+    drop(ns);
     if cfg.userns {
         // Joined namespaces belong to the host's user namespace: the
         // sandbox's root will not be allowed to write their sysctls.
-        for (k, v) in &cfg.sysctls {
-            if sysctl::namespace_of(k).is_some_and(|n| ns.contains_key(n)) {
-                sysctl::write(k, v).map_err(LaunchError::Bad)?;
-            }
-        }
-    }
-    let joined: Vec<String> = ns.keys().cloned().collect();
-    drop(ns);
-    for (k, _) in &cfg.sysctls {
-        let n = sysctl::namespace_of(k).unwrap_or("host");
-        let made = (n == "net" && cfg.new_net)
-            || (n == "ipc" && cfg.new_ipc)
-            || (n == "uts" && cfg.new_uts);
-        if !made && !joined.iter().any(|j| j == n) {
-            // runc's rule: never a sysctl of a namespace the host owns.
-            return Err(LaunchError::Bad(format!(
-                "sysctl {k}: the pod shares the host's {n} namespace, so it cannot be set for the pod"
-            )));
-        }
+        sysctl::write_where(&cfg.sysctls, false, |n| joined.iter().any(|j| j == n))
+            .map_err(LaunchError::Bad)?;
     }
     if cfg.userns {
         unshare(CloneFlags::CLONE_NEWUSER).map_err(sys("unshare user namespace"))?;
@@ -141,13 +126,12 @@ fn launch(sync: BorrowedFd<'_>) -> Result<(), LaunchError> {
     }
     unshare(flags).map_err(sys(format!("unshare {flags:?}")))?;
     // The rest: every key when there is no user namespace, else the keys of
-    // the namespaces made here (owned by the sandbox's user namespace).
-    for (k, v) in &cfg.sysctls {
-        let joined_here = sysctl::namespace_of(k).is_some_and(|n| joined.iter().any(|j| j == n));
-        if !(cfg.userns && joined_here) {
-            sysctl::write(k, v).map_err(LaunchError::Bad)?;
-        }
-    }
+    // the namespaces made here (owned by the sandbox's user namespace). A key
+    // of a namespace the host owns is refused (runc's rule).
+    sysctl::write_where(&cfg.sysctls, cfg.userns, |n| {
+        !(cfg.userns && joined.iter().any(|j| j == n))
+    })
+    .map_err(LaunchError::Bad)?;
     // SAFETY: the launcher is single-threaded and has started no runtime; the
     // child becomes the agent and builds its own runtime.
     match unsafe { fork() }.map_err(sys("fork the agent"))? {

@@ -1,70 +1,28 @@
 //! Pod-level sysctls (the CRI pod sandbox's `linux.sysctl`, and what rund
-//! adds for user-namespaced pods), written in the pod's namespaces. A
+//! adds for user-namespaced pods), written in the pod's namespaces with the
+//! container checks (`rund_proto::sysctl`, never a key of the host's). A
 //! namespace the launcher joined belongs to the host's user namespace, so
 //! its keys are written before the sandbox's own user namespace exists; the
-//! agent writes the rest in the namespaces it made.
+//! rest once the sandbox's namespaces are made.
 
-use std::io::Write;
+use std::os::fd::AsFd;
 
-/// The namespace a namespaced sysctl key lives in.
-pub fn namespace_of(key: &str) -> Option<&'static str> {
-    const IPC: [&str; 8] = [
-        "kernel.msgmax",
-        "kernel.msgmnb",
-        "kernel.msgmni",
-        "kernel.sem",
-        "kernel.shmall",
-        "kernel.shmmax",
-        "kernel.shmmni",
-        "kernel.shm_rmid_forced",
-    ];
-    if key.starts_with("net.") {
-        Some("net")
-    } else if IPC.contains(&key) || key.starts_with("fs.mqueue.") {
-        Some("ipc")
-    } else if key == "kernel.hostname" || key == "kernel.domainname" {
-        Some("uts")
-    } else {
-        None
+use crate::container::sysctl::{open_proc_sys, own_namespaces, write_sysctls};
+
+/// Writes the sysctls for which `now(namespace)` says so.
+pub fn write_where(
+    sysctls: &[(String, String)],
+    userns: bool,
+    now: impl Fn(&str) -> bool,
+) -> Result<(), String> {
+    let these: Vec<(String, String)> = sysctls
+        .iter()
+        .filter(|(k, _)| rund_proto::sysctl::namespace_of(k).is_some_and(&now))
+        .cloned()
+        .collect();
+    if these.is_empty() {
+        return Ok(());
     }
-}
-
-/// Writes `key=value` through /proc/sys of the caller's namespaces.
-pub fn write(key: &str, value: &str) -> Result<(), String> {
-    let bad = || format!("sysctl {key:?} is not a namespaced sysctl name");
-    if namespace_of(key).is_none()
-        || key
-            .split('.')
-            .any(|c| c.is_empty() || c == ".." || c.contains('/'))
-    {
-        return Err(bad());
-    }
-    let path = format!("/proc/sys/{}", key.replace('.', "/"));
-    std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)
-        .and_then(|mut f| f.write_all(value.as_bytes()))
-        .map_err(|e| format!("sysctl {key}={value} ({path}): {e}"))
-}
-
-use std::os::unix::fs::OpenOptionsExt;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_map_to_their_namespace() {
-        assert_eq!(
-            namespace_of("net.ipv4.ip_unprivileged_port_start"),
-            Some("net")
-        );
-        assert_eq!(namespace_of("kernel.shm_rmid_forced"), Some("ipc"));
-        assert_eq!(namespace_of("fs.mqueue.msg_max"), Some("ipc"));
-        assert_eq!(namespace_of("kernel.hostname"), Some("uts"));
-        assert_eq!(namespace_of("kernel.panic"), None);
-        assert!(write("net..x", "1").is_err());
-        assert!(write("kernel.panic", "1").is_err());
-    }
+    let proc_sys = open_proc_sys().map_err(|e| e.to_string())?;
+    write_sysctls(proc_sys.as_fd(), &these, &own_namespaces(userns)).map_err(|e| e.to_string())
 }

@@ -1,25 +1,45 @@
-//! A recorder standing in for the kernel in unit tests.
+//! A recorder standing in for the kernel in unit tests. Every fd it hands
+//! out is a /dev/null fd with a name (the path it stands for), so recorded
+//! calls read like "move_mount fd7 /r/data".
 
 use std::cell::RefCell;
-use std::collections::HashSet;
-use std::os::fd::{AsRawFd, BorrowedFd};
-use std::path::{Path, PathBuf};
+use std::collections::{HashMap, HashSet};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::mount::MsFlags;
 use nix::sys::stat::SFlag;
 
 use super::Syscall;
+use crate::container::paths::Create;
 
 #[derive(Default)]
 pub struct Recorder {
     pub calls: RefCell<Vec<String>>,
-    /// Paths that "exist" (created by the recorded calls or seeded).
+    /// Paths that "exist" (seeded, or created by the recorded calls).
     pub paths: RefCell<HashSet<PathBuf>>,
-    /// Raw fds that "are directories".
+    /// Existing paths that are directories.
+    pub dirs: RefCell<HashSet<PathBuf>>,
+    /// Raw fds (passed in by the test) that "are directories".
     pub dir_fds: HashSet<i32>,
     /// fstypes whose mount fails with EPERM.
     pub refuse: HashSet<String>,
+    pub names: RefCell<HashMap<i32, String>>,
+}
+
+fn norm(p: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::Normal(s) => out.push(s),
+            Component::ParentDir => {
+                out.pop();
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 impl Recorder {
@@ -29,82 +49,156 @@ impl Recorder {
     pub fn calls(&self) -> Vec<String> {
         self.calls.borrow().clone()
     }
+    /// A new fd standing for `name`.
+    pub fn fd(&self, name: &str) -> OwnedFd {
+        let fd = OwnedFd::from(std::fs::File::open("/dev/null").expect("open /dev/null"));
+        self.names
+            .borrow_mut()
+            .insert(fd.as_raw_fd(), name.to_string());
+        fd
+    }
+    /// A new fd for an existing directory `path` (e.g. the root).
+    pub fn dir(&self, path: &str) -> OwnedFd {
+        self.seed_dir(path);
+        self.fd(path)
+    }
+    pub fn seed_dir(&self, path: &str) {
+        self.paths.borrow_mut().insert(PathBuf::from(path));
+        self.dirs.borrow_mut().insert(PathBuf::from(path));
+    }
+    pub fn name(&self, fd: BorrowedFd<'_>) -> String {
+        self.names
+            .borrow()
+            .get(&fd.as_raw_fd())
+            .cloned()
+            .unwrap_or_else(|| format!("fd{}", fd.as_raw_fd()))
+    }
+    fn join(&self, dir: BorrowedFd<'_>, name: &str) -> PathBuf {
+        PathBuf::from(self.name(dir)).join(name)
+    }
 }
 
 impl Syscall for Recorder {
-    fn mount(
+    fn resolve(&self, root: BorrowedFd<'_>, path: &Path, create: Create) -> Result<OwnedFd, Errno> {
+        let full = PathBuf::from(self.name(root)).join(norm(path).strip_prefix("/").unwrap());
+        let full = PathBuf::from(full.to_string_lossy().trim_end_matches('/'));
+        if !self.paths.borrow().contains(&full) {
+            match create {
+                Create::No => return Err(Errno::ENOENT),
+                Create::Dir => {
+                    self.log(format!("mkdir {}", full.display()));
+                    self.dirs.borrow_mut().insert(full.clone());
+                }
+                Create::File => self.log(format!("touch {}", full.display())),
+            }
+            self.paths.borrow_mut().insert(full.clone());
+        }
+        Ok(self.fd(&full.to_string_lossy()))
+    }
+    fn open_path(&self, path: &Path) -> Result<OwnedFd, Errno> {
+        Ok(self.fd(&path.to_string_lossy()))
+    }
+    fn move_mount(&self, from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> Result<(), Errno> {
+        self.log(format!("move_mount {} {}", self.name(from), self.name(to)));
+        Ok(())
+    }
+    fn fs_mount(
         &self,
-        src: Option<&str>,
-        target: &Path,
-        fstype: Option<&str>,
+        fstype: &str,
+        source: &str,
         flags: MsFlags,
         data: Option<&str>,
-    ) -> Result<(), Errno> {
-        if fstype.is_some_and(|t| self.refuse.contains(t)) {
+    ) -> Result<OwnedFd, Errno> {
+        if self.refuse.contains(fstype) {
             return Err(Errno::EPERM);
         }
         self.log(format!(
-            "mount {} {} {} {:#x} {}",
-            src.unwrap_or("-"),
-            target.display(),
-            fstype.unwrap_or("-"),
+            "fsmount {fstype} {source} {:#x} {}",
             flags.bits(),
             data.unwrap_or("")
         ));
-        Ok(())
+        Ok(self.fd(fstype))
     }
-    fn move_mount(&self, from: BorrowedFd<'_>, target: &Path) -> Result<(), Errno> {
-        self.log(format!(
-            "move_mount fd{} {}",
-            from.as_raw_fd(),
-            target.display()
-        ));
-        Ok(())
+    fn clone_tree(&self, fd: BorrowedFd<'_>, recursive: bool) -> Result<OwnedFd, Errno> {
+        let name = self.name(fd);
+        self.log(format!("clone {name} rec={recursive}"));
+        Ok(self.fd(&format!("clone:{name}")))
     }
-    fn mount_setattr(
+    fn set_attr(
         &self,
-        target: &Path,
+        mnt: BorrowedFd<'_>,
         set: u64,
         clr: u64,
         recursive: bool,
     ) -> Result<(), Errno> {
         self.log(format!(
             "setattr {} set={set:#x} clr={clr:#x} rec={recursive}",
-            target.display()
+            self.name(mnt)
         ));
         Ok(())
     }
-    fn mkdir_all(&self, path: &Path) -> Result<(), Errno> {
-        self.log(format!("mkdir {}", path.display()));
-        self.paths.borrow_mut().insert(path.to_path_buf());
+    fn set_propagation(&self, mnt: BorrowedFd<'_>, how: MsFlags) -> Result<(), Errno> {
+        let kind = if how.contains(MsFlags::MS_SHARED) {
+            "shared"
+        } else if how.contains(MsFlags::MS_SLAVE) {
+            "slave"
+        } else if how.contains(MsFlags::MS_UNBINDABLE) {
+            "unbindable"
+        } else {
+            "private"
+        };
+        let r = if how.contains(MsFlags::MS_REC) {
+            "r"
+        } else {
+            ""
+        };
+        self.log(format!("propagation {} {r}{kind}", self.name(mnt)));
         Ok(())
     }
-    fn touch(&self, path: &Path) -> Result<(), Errno> {
-        self.log(format!("touch {}", path.display()));
-        self.paths.borrow_mut().insert(path.to_path_buf());
-        Ok(())
+    fn stat(&self, fd: BorrowedFd<'_>) -> Result<(SFlag, u32), Errno> {
+        let name = PathBuf::from(self.name(fd));
+        if self.dir_fds.contains(&fd.as_raw_fd()) || self.dirs.borrow().contains(&name) {
+            Ok((SFlag::S_IFDIR, 0o755))
+        } else {
+            Ok((SFlag::S_IFREG, 0o644))
+        }
     }
-    fn mknod(&self, path: &Path, kind: SFlag, mode: u32, dev: u64) -> Result<(), Errno> {
+    fn same_file(&self, a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> Result<bool, Errno> {
+        Ok(self.name(a) == self.name(b))
+    }
+    fn mknodat(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &str,
+        kind: SFlag,
+        mode: u32,
+        dev: u64,
+    ) -> Result<(), Errno> {
+        let path = self.join(dir, name);
         self.log(format!(
             "mknod {} {:o} {:o} {dev:#x}",
             path.display(),
             kind.bits(),
             mode
         ));
+        self.paths.borrow_mut().insert(path);
         Ok(())
     }
-    fn chown(&self, path: &Path, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno> {
+    fn chownat(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &str,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    ) -> Result<(), Errno> {
+        let path = self.join(dir, name);
         self.log(format!("chown {} {uid:?} {gid:?}", path.display()));
         Ok(())
     }
-    fn symlink(&self, target: &str, link: &Path) -> Result<(), Errno> {
-        self.log(format!("symlink {} -> {target}", link.display()));
+    fn symlinkat(&self, target: &str, dir: BorrowedFd<'_>, name: &str) -> Result<(), Errno> {
+        let path = self.join(dir, name);
+        self.log(format!("symlink {} -> {target}", path.display()));
+        self.paths.borrow_mut().insert(path);
         Ok(())
-    }
-    fn exists(&self, path: &Path) -> bool {
-        self.paths.borrow().contains(path)
-    }
-    fn fd_is_dir(&self, fd: BorrowedFd<'_>) -> bool {
-        self.dir_fds.contains(&fd.as_raw_fd())
     }
 }

@@ -1,117 +1,183 @@
 //! The syscall seam: container set-up talks to the kernel through [`Syscall`]
-//! so the planning logic can be unit-tested with a recorder.
+//! so the planning logic can be unit-tested with a recorder. Everything
+//! that touches the container's tree takes fds: a path inside the rootfs is
+//! resolved once, beneath the root fd, and never again as a string.
 
 #[cfg(test)]
 pub mod fake;
+pub mod mountapi;
 pub mod raw;
 
-use std::os::fd::BorrowedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag};
 use nix::mount::MsFlags;
 use nix::sys::stat::{Mode, SFlag};
 
+use crate::container::paths::{self, Create};
+use raw::*;
+
 /// Mount-namespace operations used while building a container's rootfs.
 pub trait Syscall {
-    fn mount(
+    /// Opens (O_PATH) `path` inside the tree rooted at `root`: symlinks and
+    /// ".." cannot leave it. Missing parts are created as `create` says.
+    fn resolve(&self, root: BorrowedFd<'_>, path: &Path, create: Create) -> Result<OwnedFd, Errno>;
+    /// Opens (O_PATH) an absolute path of the agent's own root (never a
+    /// container path), e.g. its /dev/null.
+    fn open_path(&self, path: &Path) -> Result<OwnedFd, Errno>;
+    /// Attaches the mount `from` on top of what `to` refers to.
+    fn move_mount(&self, from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> Result<(), Errno>;
+    /// A new filesystem as a detached mount, with mount(2)'s flags and data.
+    fn fs_mount(
         &self,
-        src: Option<&str>,
-        target: &Path,
-        fstype: Option<&str>,
+        fstype: &str,
+        source: &str,
         flags: MsFlags,
         data: Option<&str>,
-    ) -> Result<(), Errno>;
-    fn move_mount(&self, from: BorrowedFd<'_>, target: &Path) -> Result<(), Errno>;
-    fn mount_setattr(
+    ) -> Result<OwnedFd, Errno>;
+    /// A detached copy of the mount (tree, when `recursive`) at `fd`.
+    fn clone_tree(&self, fd: BorrowedFd<'_>, recursive: bool) -> Result<OwnedFd, Errno>;
+    /// Sets and clears MOUNT_ATTR_* bits on the mount at `mnt` (and below it when `recursive`).
+    fn set_attr(
         &self,
-        target: &Path,
+        mnt: BorrowedFd<'_>,
         set: u64,
         clr: u64,
         recursive: bool,
     ) -> Result<(), Errno>;
-    fn mkdir_all(&self, path: &Path) -> Result<(), Errno>;
-    /// Creates an empty regular file (and its parents) if nothing exists there.
-    fn touch(&self, path: &Path) -> Result<(), Errno>;
-    fn mknod(&self, path: &Path, kind: SFlag, mode: u32, dev: u64) -> Result<(), Errno>;
-    fn chown(&self, path: &Path, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno>;
-    fn symlink(&self, target: &str, link: &Path) -> Result<(), Errno>;
-    fn exists(&self, path: &Path) -> bool;
-    fn fd_is_dir(&self, fd: BorrowedFd<'_>) -> bool;
+    /// Changes the propagation type of the mount at `mnt`: one of MS_SHARED,
+    /// MS_SLAVE, MS_PRIVATE, MS_UNBINDABLE, with MS_REC for the whole tree.
+    fn set_propagation(&self, mnt: BorrowedFd<'_>, how: MsFlags) -> Result<(), Errno>;
+    /// File type and permission bits of `fd`.
+    fn stat(&self, fd: BorrowedFd<'_>) -> Result<(SFlag, u32), Errno>;
+    /// Whether two fds refer to the same file.
+    fn same_file(&self, a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> Result<bool, Errno>;
+    fn mknodat(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &str,
+        kind: SFlag,
+        mode: u32,
+        dev: u64,
+    ) -> Result<(), Errno>;
+    fn chownat(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &str,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    ) -> Result<(), Errno>;
+    /// Creates the symlink `dir/name -> target`; an existing name is left alone.
+    fn symlinkat(&self, target: &str, dir: BorrowedFd<'_>, name: &str) -> Result<(), Errno>;
 }
 
 /// The real kernel.
 pub struct Linux;
 
+/// MOUNT_ATTR_* of the per-mount flags of mount(2).
+pub fn attrs_of(flags: MsFlags) -> u64 {
+    let mut a = 0;
+    for (f, bit) in [
+        (MsFlags::MS_RDONLY, MOUNT_ATTR_RDONLY),
+        (MsFlags::MS_NOSUID, MOUNT_ATTR_NOSUID),
+        (MsFlags::MS_NODEV, MOUNT_ATTR_NODEV),
+        (MsFlags::MS_NOEXEC, MOUNT_ATTR_NOEXEC),
+        (MsFlags::MS_NODIRATIME, MOUNT_ATTR_NODIRATIME),
+    ] {
+        if flags.contains(f) {
+            a |= bit;
+        }
+    }
+    if flags.contains(MsFlags::MS_NOATIME) {
+        a |= MOUNT_ATTR_NOATIME;
+    } else if flags.contains(MsFlags::MS_STRICTATIME) {
+        a |= MOUNT_ATTR_STRICTATIME;
+    }
+    a
+}
+
 impl Syscall for Linux {
-    fn mount(
+    fn resolve(&self, root: BorrowedFd<'_>, path: &Path, create: Create) -> Result<OwnedFd, Errno> {
+        paths::open_in_root(root, path, create)
+    }
+    fn open_path(&self, path: &Path) -> Result<OwnedFd, Errno> {
+        nix::fcntl::open(
+            path,
+            OFlag::O_PATH | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
+            Mode::empty(),
+        )
+    }
+    fn move_mount(&self, from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> Result<(), Errno> {
+        mountapi::move_mount_onto(from, to)
+    }
+    fn fs_mount(
         &self,
-        src: Option<&str>,
-        target: &Path,
-        fstype: Option<&str>,
+        fstype: &str,
+        source: &str,
         flags: MsFlags,
         data: Option<&str>,
-    ) -> Result<(), Errno> {
-        nix::mount::mount(src, target, fstype, flags, data)
+    ) -> Result<OwnedFd, Errno> {
+        mountapi::fs_mount(fstype, source, flags, data, attrs_of(flags))
     }
-    fn move_mount(&self, from: BorrowedFd<'_>, target: &Path) -> Result<(), Errno> {
-        raw::move_mount_fd(from, target)
+    fn clone_tree(&self, fd: BorrowedFd<'_>, recursive: bool) -> Result<OwnedFd, Errno> {
+        mountapi::clone_tree(fd, recursive)
     }
-    fn mount_setattr(
+    fn set_attr(
         &self,
-        target: &Path,
+        mnt: BorrowedFd<'_>,
         set: u64,
         clr: u64,
         recursive: bool,
     ) -> Result<(), Errno> {
-        raw::mount_setattr(target, set, clr, recursive)
+        mountapi::setattr_fd(mnt, set, clr, MsFlags::empty(), recursive)
     }
-    fn mkdir_all(&self, path: &Path) -> Result<(), Errno> {
-        std::fs::create_dir_all(path).map_err(io_errno)
+    fn set_propagation(&self, mnt: BorrowedFd<'_>, how: MsFlags) -> Result<(), Errno> {
+        let rec = how.contains(MsFlags::MS_REC);
+        mountapi::setattr_fd(mnt, 0, 0, how - MsFlags::MS_REC, rec)
     }
-    fn touch(&self, path: &Path) -> Result<(), Errno> {
-        if path.symlink_metadata().is_ok() {
-            return Ok(());
-        }
-        if let Some(parent) = path.parent() {
-            self.mkdir_all(parent)?;
-        }
-        std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .map(drop)
-            .map_err(io_errno)
+    fn stat(&self, fd: BorrowedFd<'_>) -> Result<(SFlag, u32), Errno> {
+        let st = nix::sys::stat::fstat(fd)?;
+        Ok((
+            SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()),
+            st.st_mode & 0o7777,
+        ))
     }
-    fn mknod(&self, path: &Path, kind: SFlag, mode: u32, dev: u64) -> Result<(), Errno> {
-        if let Some(parent) = path.parent() {
-            self.mkdir_all(parent)?;
-        }
-        nix::sys::stat::mknod(path, kind, Mode::from_bits_truncate(mode), dev)
+    fn same_file(&self, a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> Result<bool, Errno> {
+        let (x, y) = (nix::sys::stat::fstat(a)?, nix::sys::stat::fstat(b)?);
+        Ok(x.st_dev == y.st_dev && x.st_ino == y.st_ino)
     }
-    fn chown(&self, path: &Path, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno> {
-        nix::unistd::chown(
-            path,
+    fn mknodat(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &str,
+        kind: SFlag,
+        mode: u32,
+        dev: u64,
+    ) -> Result<(), Errno> {
+        nix::sys::stat::mknodat(dir, name, kind, Mode::from_bits_truncate(mode), dev)
+    }
+    fn chownat(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &str,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    ) -> Result<(), Errno> {
+        nix::unistd::fchownat(
+            dir,
+            name,
             uid.map(nix::unistd::Uid::from_raw),
             gid.map(nix::unistd::Gid::from_raw),
+            AtFlags::AT_SYMLINK_NOFOLLOW,
         )
     }
-    fn symlink(&self, target: &str, link: &Path) -> Result<(), Errno> {
-        match std::os::unix::fs::symlink(target, link) {
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-            r => r.map_err(io_errno),
+    fn symlinkat(&self, target: &str, dir: BorrowedFd<'_>, name: &str) -> Result<(), Errno> {
+        match nix::unistd::symlinkat(target, dir, name) {
+            Err(Errno::EEXIST) => Ok(()),
+            r => r,
         }
-    }
-    fn exists(&self, path: &Path) -> bool {
-        path.symlink_metadata().is_ok()
-    }
-    fn fd_is_dir(&self, fd: BorrowedFd<'_>) -> bool {
-        nix::sys::stat::fstat(fd)
-            .map(|st| {
-                SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFDIR
-            })
-            .unwrap_or(false)
     }
 }
 

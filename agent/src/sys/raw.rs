@@ -1,14 +1,12 @@
-//! Raw syscalls nix does not wrap (new mount API, clone3, close_range).
+//! Raw syscalls nix does not wrap (clone3, close_range, pivot_root, execveat).
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, BorrowedFd};
-use std::path::Path;
 
 use nix::errno::Errno;
 use nix::sched::CloneFlags;
 use nix::unistd::Pid;
 
-pub const MOVE_MOUNT_F_EMPTY_PATH: u32 = 0x4;
 pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
 pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
 pub const MOUNT_ATTR_NODEV: u64 = 0x4;
@@ -16,64 +14,13 @@ pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
 pub const MOUNT_ATTR_NOATIME: u64 = 0x10;
 pub const MOUNT_ATTR_STRICTATIME: u64 = 0x20;
 pub const MOUNT_ATTR_NODIRATIME: u64 = 0x80;
+/// The atime field's value for relatime (the default).
+pub const MOUNT_ATTR_RELATIME: u64 = 0x0;
+pub const MOUNT_ATTR_NOSYMFOLLOW: u64 = 0x20_0000;
 /// The atime bits: setting one of the atime modes must clear the others.
 pub const MOUNT_ATTR_ATIME: u64 = 0x70;
 /// clone3: start the child in the cgroup given by `clone_args.cgroup`.
 pub const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
-
-fn cpath(p: &Path) -> Result<CString, Errno> {
-    CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| Errno::EINVAL)
-}
-
-/// Attaches the detached (or any) mount `from` at `target`.
-pub fn move_mount_fd(from: BorrowedFd<'_>, target: &Path) -> Result<(), Errno> {
-    let c = cpath(target)?;
-    let empty = c"";
-    // SAFETY: valid fd and NUL-terminated strings for the duration of the call.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            from.as_raw_fd(),
-            empty.as_ptr(),
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            MOVE_MOUNT_F_EMPTY_PATH,
-        )
-    };
-    Errno::result(r).map(drop)
-}
-
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
-
-/// `mount_setattr(AT_FDCWD, target, [AT_RECURSIVE], {set, clr})`.
-pub fn mount_setattr(target: &Path, set: u64, clr: u64, recursive: bool) -> Result<(), Errno> {
-    let c = cpath(target)?;
-    let attr = MountAttr {
-        attr_set: set,
-        attr_clr: clr,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    let flags = if recursive { libc::AT_RECURSIVE } else { 0 };
-    // SAFETY: attr lives across the call and its size is passed along.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            flags,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    Errno::result(r).map(drop)
-}
 
 /// clone3 without a new stack: fork-like, with namespace flags.
 /// Returns `None` in the child.
@@ -209,6 +156,69 @@ mod tests {
             Err(e) => {
                 let _ = std::fs::remove_dir(&dir);
                 panic!("clone3(CLONE_INTO_CGROUP): {e}");
+            }
+        }
+    }
+
+    /// What a container's cgroup2 view rests on: a cgroup namespace made by
+    /// the same clone3 that starts the child in its cgroup is rooted at that
+    /// cgroup, so a fresh cgroup2 mount shows it (and nothing above) at its
+    /// top. Needs root and a cgroup2 mount (pure v2, or the hybrid's unified).
+    #[test]
+    fn clone3_into_with_a_new_cgroup_namespace_roots_it_at_the_cgroup() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skip: needs root");
+            return;
+        }
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+        let Some(root) = mounts.lines().find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(2) == Some(&"cgroup2")).then(|| std::path::PathBuf::from(f[1]))
+        }) else {
+            eprintln!("skip: no cgroup2 mount");
+            return;
+        };
+        let dir = root.join(format!("rund-agent-cgns-{}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap();
+        let fd = std::fs::File::open(&dir).unwrap();
+        let view = tempfile::tempdir().unwrap();
+        let flags = CloneFlags::CLONE_NEWCGROUP | CloneFlags::CLONE_NEWNS;
+        match clone3_into(flags, Some(std::os::fd::AsFd::as_fd(&fd))) {
+            Ok(None) => {
+                use nix::mount::{mount, MsFlags};
+                let none = None::<&str>;
+                let ok = (|| {
+                    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+                    own.lines().any(|l| l == "0::/").then_some(())?;
+                    mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none).ok()?;
+                    mount(
+                        Some("cgroup2"),
+                        view.path(),
+                        Some("cgroup2"),
+                        MsFlags::empty(),
+                        none,
+                    )
+                    .ok()?;
+                    let procs = std::fs::read_to_string(view.path().join("cgroup.procs")).ok()?;
+                    let me = std::process::id().to_string();
+                    (procs.lines().collect::<Vec<_>>() == [me.as_str()]).then_some(())
+                })();
+                // SAFETY: leave the forked test child at once, running no test-harness code.
+                unsafe { libc::_exit(i32::from(ok.is_none())) };
+            }
+            Ok(Some(pid)) => {
+                let st = nix::sys::wait::waitpid(pid, None).unwrap();
+                let _ = std::fs::remove_dir(&dir);
+                assert_eq!(
+                    st,
+                    nix::sys::wait::WaitStatus::Exited(pid, 0),
+                    "the new cgroup namespace is not rooted at {}",
+                    dir.display()
+                );
+            }
+            Err(e) => {
+                let _ = std::fs::remove_dir(&dir);
+                panic!("clone3(CLONE_INTO_CGROUP | CLONE_NEWCGROUP): {e}");
             }
         }
     }

@@ -112,6 +112,11 @@ impl ContainerCgroup {
         &self.path
     }
 
+    /// The host dirs of the cgroup (one per v1 hierarchy, or the v2 dir).
+    pub fn dirs(&self) -> &rund_cgroup::Dirs {
+        self.mgr.dirs()
+    }
+
     pub async fn add_pid(&self, pid: i32) -> Result<(), CgroupError> {
         let m = self.mgr.clone();
         blocking(&self.path, move || m.add_pid(pid)).await

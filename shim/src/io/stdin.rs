@@ -49,7 +49,16 @@ impl StdinFeeder {
                         Ok(0) | Err(_) => break,
                         Ok(n) => if writer.write_all(&buf[..n]).await.is_err() { break },
                     },
-                    _ = closed.notified() => break,
+                    _ = closed.notified() => {
+                        // CloseIO can overtake bytes still in the FIFO:
+                        // deliver what is there, then EOF.
+                        while let Ok(n) = reader.try_read(&mut buf) {
+                            if n == 0 || writer.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                        break;
+                    }
                 }
             }
             // Dropping the writer gives the container EOF.

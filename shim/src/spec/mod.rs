@@ -2,6 +2,8 @@
 //! from it (pod grouping, namespace plan). Pure functions: unit-tested
 //! without root.
 
+pub mod cgroupfs;
+pub mod namespaced;
 pub mod namespaces;
 
 use std::path::Path;
@@ -133,8 +135,11 @@ pub fn check_supported(spec: &Spec) -> Result<(), SpecError> {
             }
         }
         if let Some(p) = linux.rootfs_propagation() {
-            if !matches!(p.as_str(), "" | "private" | "rprivate" | "slave" | "rslave") {
-                return Err(SpecError::Unsupported("linux.rootfsPropagation", p.clone()));
+            if !p.is_empty() && !namespaced::PROPAGATIONS.contains(&p.as_str()) {
+                return Err(SpecError::Invalid(format!(
+                    "linux.rootfsPropagation {p:?} is not one of {}",
+                    namespaced::PROPAGATIONS.join(", ")
+                )));
             }
         }
     }

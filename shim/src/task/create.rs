@@ -98,6 +98,7 @@ async fn steps(
         )));
     }
     phases.mark("sandbox");
+    spec::namespaced::check_namespaced(&spec, sandbox.userns)?;
     let config = svc.config();
     let stdio = io::Stdio::of(&req.stdin, &req.stdout, &req.stderr, req.terminal);
     if role == Role::PodSandbox {
@@ -128,7 +129,6 @@ async fn steps(
     }
     let rlimits = devices.rlimits.clone();
     crate::rlimit::validate(&rlimits)?;
-    let host_sysfs = super::userns::sysfs_to_bind(&mut spec, &sandbox);
     let binds = super::userns::container_binds(&spec, svc, &sandbox, &req.id)?;
 
     let root_path = spec
@@ -151,6 +151,11 @@ async fn steps(
     let cg = cgroup(cgroups_ready, &spec, &req.id, undo).await?;
     phases.mark("cgroup");
     phases.extra("cgroup_cpu", cg.create_cpu);
+    // Binds of the container's own cgroup (indices shift), then host /sys
+    // binds (in place): both cloned plainly.
+    let own_cgroup = spec::cgroupfs::OwnCgroup::of(cg.dirs());
+    let mut host_sysfs = spec::cgroupfs::expand(&mut spec, &own_cgroup, sandbox.userns);
+    host_sysfs.extend(super::userns::sysfs_to_bind(&mut spec, &sandbox));
 
     let (plan, ns_fds) = namespaces::plan(&spec, &role, &sandbox)?;
     let pause = crate::hooks::needs_pause(&spec);

@@ -333,11 +333,9 @@ pub fn sysfs_to_bind(spec: &mut Spec, sandbox: &Sandbox) -> Vec<usize> {
         .into_iter()
         .enumerate()
         .map(|(i, m)| {
-            // A v1 cgroup hierarchy cannot be mounted from a user namespace
-            // either: bind the host's, read-only, as runc does.
+            // (cgroup mounts became binds of the container's own cgroup.)
             let source = match m.typ().as_deref() {
                 Some("sysfs") if !sandbox.owns_net => "/sys",
-                Some("cgroup") => "/sys/fs/cgroup",
                 _ => return m,
             };
             replaced.push(i);

@@ -95,6 +95,8 @@ pub struct ContainerSpec {
     pub resources: Option<LinuxContainerResources>,
     /// Container annotations (the kubelet's: device plugin allocations).
     pub annotations: HashMap<String, String>,
+    /// Volumes (CRI mounts: host path, propagation, read-only).
+    pub mounts: Vec<k8s_cri::v1::Mount>,
     /// securityContext.capabilities.add as the kubelet sends it, e.g. `NET_ADMIN`.
     pub add_capabilities: Vec<String>,
 }
@@ -110,6 +112,7 @@ impl ContainerSpec {
             env: Vec::new(),
             resources: None,
             annotations: HashMap::new(),
+            mounts: Vec::new(),
             add_capabilities: Vec::new(),
         }
     }
@@ -136,6 +139,7 @@ impl ContainerSpec {
                 })
                 .collect(),
             annotations: self.annotations.clone(),
+            mounts: self.mounts.clone(),
             linux: Some(LinuxContainerConfig {
                 resources: self.resources.clone(),
                 security_context: Some(LinuxContainerSecurityContext {
