@@ -144,7 +144,7 @@ fn memlock_above_the_hard_limit_fails_clearly() {
 
     // The annotation asks for unlimited: the same clear failure.
     if runtime_under_test() == RUNC_RUNTIME {
-        return;
+        rund_tests::skip!("the memlock annotation is rund's");
     }
     let out = run_limits(&ctd, &rootfs, "ann", None, |s| {
         set_annotation(s, "rund.io/memlock", "unlimited")
@@ -180,8 +180,7 @@ fn clamp_with_warning_runs_at_the_hard_limit() {
         return;
     };
     if runtime_under_test() == RUNC_RUNTIME {
-        eprintln!("SKIP clamp_with_warning_runs_at_the_hard_limit: rund config only");
-        return;
+        rund_tests::skip!("rund config only");
     }
     let rootfs = ctd.busybox_rootfs().unwrap();
     let hard = memlock_hard();

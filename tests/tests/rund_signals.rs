@@ -124,8 +124,7 @@ fn init_opt_out_makes_the_shell_pid1() {
         return;
     };
     if rt() == RUNC_RUNTIME {
-        eprintln!("SKIP init_opt_out_makes_the_shell_pid1: rund-only (runc has no init)");
-        return;
+        rund_tests::skip!("rund-only (runc has no init)");
     }
     let rootfs = ctd.busybox_rootfs().unwrap();
     let before = LeakSnapshot::take(&ctd);
@@ -296,8 +295,7 @@ fn shim_sigterm_applies_the_grace_then_kills() {
         return;
     };
     if rt() == RUNC_RUNTIME {
-        eprintln!("SKIP shim_sigterm_applies_the_grace_then_kills: rund-only");
-        return;
+        rund_tests::skip!("rund-only (the shim's grace)");
     }
     let rootfs = ctd.busybox_rootfs().unwrap();
     let before = LeakSnapshot::take(&ctd);

@@ -173,16 +173,14 @@ mod tests {
     #[test]
     fn clone3_into_starts_the_child_in_the_cgroup() {
         if !nix::unistd::geteuid().is_root() {
-            eprintln!("skip: needs root");
-            return;
+            rund_skip::skip!("needs root");
         }
         let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
         let Some(root) = mounts.lines().find_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             (f.get(2) == Some(&"cgroup2")).then(|| std::path::PathBuf::from(f[1]))
         }) else {
-            eprintln!("skip: no cgroup2 mount");
-            return;
+            rund_skip::skip!("no cgroup2 mount");
         };
         let name = format!("rund-agent-clone3-{}", std::process::id());
         let dir = root.join(&name);
