@@ -77,8 +77,12 @@ while IFS=$'\t' read -r bin exe pkg test; do
     else
         res=FAIL
     fi
-    note=$(grep -m1 -E "^thread '.*' panicked|cannot run here" -A1 "$log" | tail -1 | cut -c1-200)
-    [ $res = FAIL ] || [ $res = TIMEOUT ] || note=
+    note=
+    if [ $res = FAIL ]; then
+        # The panic message, or the failed command's stderr in it.
+        note=$(awk '/panicked at/ {getline; print; exit}' "$log" | sed 's/.*stderr: "//' |
+            cut -c1-240)
+    fi
     record "$key" "$res" "$secs" "$note"
     say "[$i/$n] $key $res (${secs}s)"
 done <"$out/plan.tsv"

@@ -71,14 +71,15 @@ set +e
 PATH=$(dirname "$vng"):$PATH timeout $((timeout * $(wc -l <"$out/plan.tsv") + 1800)) \
     "$vng" $kvm_flag -r "$kernel" --memory "${RUND_VM_MEMORY:-4G}" --cpus "${RUND_VM_CPUS:-2}" \
     --rwdir "$out" --cwd "$ws" \
-    -- "bash $here/guest.sh --out $out --suite $suite --timeout $timeout --runtime '$runtime'"
-vm_rc=$?
+    -- "bash $here/guest.sh --out $out --suite $suite --timeout $timeout --runtime '$runtime'" \
+    </dev/null 2>&1 | tee "$out/console.log"
+vm_rc=${PIPESTATUS[0]}
 set -e
 vm_secs=$(($(date +%s) - vm_start))
 
 if [ ! -f "$out/done" ]; then
-    say "the VM ended (rc $vm_rc) before reporting; see $out/guest.log"
-    tail -n 30 "$out/guest.log" 2>/dev/null >&2 || true
+    say "the VM ended (rc $vm_rc) before reporting; see $out/console.log and guest.log"
+    tail -n 30 "$out/console.log" 2>/dev/null >&2 || true
     exit 1
 fi
 python3 "$here/report.py" "$out" --suite "$suite" --vm-secs "$vm_secs" \
