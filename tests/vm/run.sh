@@ -8,11 +8,12 @@
 #
 # Environment: RUND_VM_CACHE (virtme-ng venv; default ~/.cache/rund-vm), RUND_VM_KERNEL
 # (default the newest /boot/vmlinuz-6.1.0-*-amd64), RUND_VM_MEMORY (4G), RUND_VM_CPUS (2),
-# RUND_VM_KVM (auto: KVM only when a probe boot works; 0: TCG; 1: KVM), CARGO.
+# RUND_VM_KVM (auto: KVM only when a probe boot works; 0: TCG; 1: KVM), RUND_VM_TIMEOUT (the
+# whole VM, default 2700 s; --timeout is per test, default 600 s), CARGO.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 ws=$(cd "$here/../.." && pwd)
-suite=v2 list= tests= runtime= out= timeout=900
+suite=v2 list= tests= runtime= out= timeout=600
 while [ $# -gt 0 ]; do
     case $1 in
     --suite) suite=$2; shift 2 ;;
@@ -63,12 +64,13 @@ auto)
     [ "$(cat "$probe")" = ok ] && kvm_flag=
     ;;
 esac
-say "booting $(basename "$kernel") (${kvm_flag:+TCG}${kvm_flag:-KVM})"
+accel=KVM; [ -n "$kvm_flag" ] && accel=TCG
+say "booting $(basename "$kernel") ($accel)"
 
 vm_start=$(date +%s)
 set +e
 # The guest script prints its progress; the results are files under $out.
-PATH=$(dirname "$vng"):$PATH timeout $((timeout * $(wc -l <"$out/plan.tsv") + 1800)) \
+PATH=$(dirname "$vng"):$PATH timeout "${RUND_VM_TIMEOUT:-2700}" \
     "$vng" $kvm_flag -r "$kernel" --memory "${RUND_VM_MEMORY:-4G}" --cpus "${RUND_VM_CPUS:-2}" \
     --rwdir "$out" --cwd "$ws" \
     -- "bash $here/guest.sh --out $out --suite $suite --timeout $timeout --runtime '$runtime'" \
