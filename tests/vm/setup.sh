@@ -5,7 +5,7 @@
 set -eu
 VNG_VERSION=1.42
 PKGS="qemu-system-x86 linux-image-amd64 python3-venv e2fsprogs kmod iproute2 \
-rdma-core ibverbs-providers perftest"
+rdma-core ibverbs-providers ibverbs-utils perftest"
 cache=${RUND_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rund-vm}
 
 missing=""

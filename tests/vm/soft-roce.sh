@@ -56,8 +56,11 @@ soft_roce_smoke() {
     if rund_bw=$("$(dirname "$(dirname "$(head -1 "$out/plan.tsv" | cut -f2)")")/rund" \
         check write-bw -d "$RXE_DEV" -x "$RXE_GID" -n "$RXE_ITERS" --json 2>"$out/logs/vm.rund_write_bw.err"); then
         echo "$rund_bw" >"$out/logs/vm.rund_write_bw.json"
-        record vm::rund_write_bw PASS $(($(date +%s) - t0)) \
-            "$(python3 -c 'import json,sys; d=json.load(sys.stdin); print(d)' <<<"$rund_bw" | cut -c1-200)"
+        rund_bw=$(python3 -c 'import json, sys
+r = json.load(sys.stdin)[0]["results"][0]
+print("BW average %.2f %s (peak %.2f)" % (r["bw_average"], r["unit"], r["bw_peak"]))' <<<"$rund_bw")
+        record vm::rund_write_bw PASS $(($(date +%s) - t0)) "$rund_bw"
+        say "rund check write-bw: $rund_bw"
     else
         record vm::rund_write_bw FAIL $(($(date +%s) - t0)) "see logs/vm.rund_write_bw.err"
         return 1
