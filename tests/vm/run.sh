@@ -39,7 +39,6 @@ kernel=${RUND_VM_KERNEL:-$(ls /boot/vmlinuz-6.1.0-*-amd64 2>/dev/null | sort -V 
 [ -n "$kernel" ] && [ -r "$kernel" ] || { say "no Debian 12 kernel in /boot: run tests/vm/setup.sh"; exit 1; }
 
 # Build on the host; the VM only runs what is built.
-export CARGO_PROFILE_DEV_DEBUG=${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}
 (cd "$ws" && $CARGO build -q -p rund-shim -p rund-agent)
 rm -rf "$out" && mkdir -p "$out/logs"
 (cd "$ws" && $CARGO test -q -p rund-tests --no-run --message-format=json) >"$out/cargo.json"
