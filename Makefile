@@ -4,7 +4,7 @@ TARGET_DIR ?= $(CURDIR)/target
 BIN_DIR := $(TARGET_DIR)/debug
 export RUND_BIN_DIR := $(BIN_DIR)
 
-.PHONY: all deps build demo test test-unit test-integration lint fmt bench bench-quick bench-micro clean
+.PHONY: all deps build demo test test-unit test-integration vm-deps test-v2 test-rdma-vm lint fmt bench bench-quick bench-micro clean
 
 all: build
 
@@ -27,12 +27,30 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p rund-benches --all-targets --features spec-bench,devices-bench -- -D warnings
 
+# RUND_REQUIRE_ALL=1: a test that would skip fails unless tests/skips/host.txt allows it.
 test-unit:
-	$(CARGO) test --workspace --exclude rund-tests
+	RUND_REQUIRE_ALL=1 $(CARGO) test --workspace --exclude rund-tests
 
 # Each test binary starts its own containerd; two at a time suit 2 cores.
 test-integration:
-	RUND_REQUIRE_BINS=1 $(CARGO) test -p rund-tests -- --test-threads=2
+	RUND_REQUIRE_ALL=1 RUND_REQUIRE_BINS=1 $(CARGO) test -p rund-tests -- --test-threads=2
+
+# The VM suites: Debian 12's kernel under virtme-ng (TCG unless KVM really boots), only
+# cgroup2 mounted; results in target/vm/. VM_RUNTIME=io.containerd.runc.v2 runs the rund
+# suites against runc; VM_TESTS='bin::test bin' replaces the checked-in list.
+VM_RUN = bash tests/vm/run.sh $(if $(VM_RUNTIME),--runtime $(VM_RUNTIME)) \
+	$(if $(VM_TESTS),--tests '$(VM_TESTS)')
+
+vm-deps:
+	@sh tests/vm/setup.sh
+
+# The integration tests that matter on pure cgroup v2 (tests/vm/v2.list).
+test-v2: build vm-deps
+	$(VM_RUN) --suite v2
+
+# soft-RoCE (rxe0 on dummy0) and an ib_write_bw loopback in the VM, then tests/vm/rdma.list.
+test-rdma-vm: build vm-deps
+	$(VM_RUN) --suite rdma
 
 fmt:
 	$(CARGO) fmt --all

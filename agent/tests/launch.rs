@@ -157,12 +157,10 @@ fn read_all(mut f: std::fs::File) -> String {
 #[tokio::test(flavor = "current_thread")]
 async fn launch_and_run_containers() {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: needs root");
-        return;
+        rund_skip::skip!("needs root");
     }
     if !Path::new(BUSYBOX).exists() {
-        eprintln!("skipped: {BUSYBOX} missing (apt-get install busybox-static)");
-        return;
+        rund_skip::skip!("{BUSYBOX} missing (apt-get install busybox-static)");
     }
     // The agent is reparented to us when the launcher exits, so we can reap it.
     // SAFETY: prctl with integer arguments.

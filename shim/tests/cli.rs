@@ -158,8 +158,7 @@ fn doctor_refuses_a_bad_memlock_policy() {
 fn check_write_bw_without_rdma_fails_clearly() {
     let has_rdma = std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some());
     if has_rdma {
-        eprintln!("skipped: this host has RDMA devices");
-        return;
+        rund_skip::skip!("this host has RDMA devices");
     }
     let e = env("");
     let o = rund(&e.config, &["check", "write-bw"]);

@@ -46,10 +46,7 @@ fn in_private_mount_ns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static
 fn userns_or_skip() -> Option<OwnedFd> {
     match userns_with_maps(&map(), &map()) {
         Ok(fd) => Some(fd),
-        Err(e) => {
-            eprintln!("skip: cannot create a user namespace here: {e}");
-            None
-        }
+        Err(e) => rund_skip::skip!("cannot create a user namespace here: {e}"),
     }
 }
 
@@ -110,7 +107,7 @@ fn tmpfs_files_owned_by_root_appear_owned_by_the_mapped_root() {
         Ok(())
     });
     if let Err(reason) = outcome {
-        eprintln!("skip: {reason}");
+        rund_skip::skip!("{reason}");
     }
 }
 
@@ -186,13 +183,17 @@ fn a_held_namespace_has_the_maps_and_no_process() {
     // On a fresh thread, whose children /proc lists apart from those of
     // other tests' threads: the helper child must be gone (reaped).
     let made = std::thread::spawn(|| {
-        let ns = userns_or_skip();
+        let ns = userns_with_maps(&map(), &map());
         let tid = nix::unistd::gettid();
         let children = std::fs::read_to_string(format!("/proc/self/task/{tid}/children")).unwrap();
         (ns, children)
     });
     let (ns, children) = made.join().unwrap();
-    let Some(ns) = ns else { return };
+    // Skipped here, on the test's own thread, which names the test.
+    let ns = match ns {
+        Ok(ns) => ns,
+        Err(e) => rund_skip::skip!("cannot create a user namespace here: {e}"),
+    };
     assert_eq!(children.trim(), "", "helper process left behind");
     // A process that joins it sees the map.
     let ns_fd = ns.as_raw_fd();
@@ -333,6 +334,6 @@ fn overlay_over_idmapped_lower_layers_with_a_plain_upper() {
         Ok(())
     });
     if let Err(reason) = outcome {
-        eprintln!("skip: {reason}");
+        rund_skip::skip!("{reason}");
     }
 }

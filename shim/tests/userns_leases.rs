@@ -203,10 +203,7 @@ fn corrupt_file_is_an_error_and_repair_recovers_live_namespaces() {
     }
     let mut sandbox = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("skip repair part: cannot create a user namespace: {e}");
-            return;
-        }
+        Err(e) => rund_skip::skip!("repair part: cannot create a user namespace: {e}"),
     };
     let pid = sandbox.id();
     std::fs::write(format!("/proc/{pid}/uid_map"), "0 3000002000 1000\n").unwrap();

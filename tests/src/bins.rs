@@ -58,18 +58,15 @@ impl RundBins {
     }
 }
 
-/// For tests that need rund: `Some(bins)`, or `None` after printing why the test is skipped.
-/// Panics instead of skipping when `RUND_REQUIRE_BINS=1`.
+/// For tests that need rund: `Some(bins)`, or `None` after [`crate::skip`]ping the test.
+/// Panics instead of skipping when `RUND_REQUIRE_BINS=1` (or by the skip policy).
 pub fn rund_bins_or_skip(test: &str) -> Option<RundBins> {
     match RundBins::find() {
         Ok(b) => Some(b),
         Err(e) if std::env::var(REQUIRE_ENV).as_deref() == Ok("1") => {
             panic!("{test}: {e} (and {REQUIRE_ENV}=1)")
         }
-        Err(e) => {
-            eprintln!("SKIP {test}: {e}");
-            None
-        }
+        Err(e) => crate::skip!("{e}"),
     }
 }
 

@@ -31,4 +31,7 @@ pub use error::{Error, Result};
 pub use image::{oci_image_tarball, oci_image_tarball_with_cmd, BUSYBOX_IMAGE};
 pub use leaks::{assert_no_leaks, assert_no_leaks_within, LeakSnapshot};
 pub use rootfs::{busybox_rootfs, shared_busybox_rootfs};
+/// The skip policy: `skip!(reason)` prints, or fails under `RUND_REQUIRE_ALL=1` unless the test
+/// is allow-listed in `tests/skips/` (see the `rund-skip` crate).
+pub use rund_skip::skip;
 pub mod userns;

@@ -46,16 +46,14 @@ pub fn userns_test_with(
     body: impl FnOnce(&Env, &LeakSnapshot),
 ) {
     if runtime_under_test() != RUND_RUNTIME {
-        eprintln!(
-            "SKIP {test}: per-sandbox user namespaces are rund's, not {}",
+        crate::skip!(
+            "per-sandbox user namespaces are rund's, not {}",
             runtime_under_test()
         );
-        return;
     }
     let max = std::fs::read_to_string("/proc/sys/user/max_user_namespaces").unwrap_or_default();
     if max.trim() == "0" {
-        eprintln!("SKIP {test}: user namespaces are disabled (user.max_user_namespaces = 0)");
-        return;
+        crate::skip!("user namespaces are disabled (user.max_user_namespaces = 0)");
     }
     let Some(ctd) = Containerd::start_rund_or_skip(test, ContainerdOpts::new()) else {
         return;

@@ -91,8 +91,7 @@ fn v1_memory_present() -> bool {
 fn concurrent_starts_claim_warm_slots_and_delete_recycles_them() {
     let test = "concurrent_starts_claim_warm_slots_and_delete_recycles_them";
     if !v1_memory_present() {
-        eprintln!("skip {test}: needs the cgroup v1 memory hierarchy (this test reads it)");
-        return;
+        rund_tests::skip!("needs the cgroup v1 memory hierarchy (this test reads it)");
     }
     let Some((ctd, rootfs, pool, before)) = setup(test) else {
         return;

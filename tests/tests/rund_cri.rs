@@ -104,8 +104,7 @@ fn cri_pod_lifecycle() {
 #[test]
 fn pod_whose_sandbox_died() {
     if runtime_under_test() == RUNC_RUNTIME {
-        eprintln!("SKIP pod_whose_sandbox_died: rund-specific (the agent is the sandbox)");
-        return;
+        rund_tests::skip!("rund-specific (the agent is the sandbox)");
     }
     let Some(ctd) =
         Containerd::start_under_test("pod_whose_sandbox_died", ContainerdOpts::new().cri())

@@ -38,16 +38,14 @@ struct Env {
 
 fn start(test: &str) -> Option<Env> {
     if runtime_under_test() == RUNC_RUNTIME {
-        eprintln!("SKIP {test}: device injection is rund's (runc ignores rund's config)");
-        return None;
+        rund_tests::skip!("device injection is rund's (runc ignores rund's config)");
     }
     let ctd = Containerd::start_under_test(test, ContainerdOpts::new())?;
     let root = ctd.dir.join("fakehost");
     std::fs::create_dir_all(&root).unwrap();
     let host = FakeHost::build(&root).unwrap();
     if let Some(e) = &host.mknod_error {
-        eprintln!("SKIP {test}: cannot create fake device nodes: {e}");
-        return None;
+        rund_tests::skip!("cannot create fake device nodes: {e}");
     }
     let nvml = build_fake_nvml(&ctd.dir.join("nvml")).unwrap();
     let rootfs = ctd.busybox_rootfs().unwrap();

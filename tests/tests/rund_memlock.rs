@@ -147,7 +147,7 @@ fn memlock_above_the_hard_limit_fails_clearly() {
     // The annotation asks for unlimited, which the node's policy allows here (rund_policy
     // covers the refusal): the same clear failure.
     if runtime_under_test() == RUNC_RUNTIME {
-        return;
+        rund_tests::skip!("the memlock annotation is rund's");
     }
     let allow = write_config(&ctd, "rund-allow.toml", ALLOW_MEMLOCK);
     let out = run_limits(&ctd, &rootfs, "ann", Some(&allow), |s| {
@@ -184,8 +184,7 @@ fn clamp_with_warning_runs_at_the_hard_limit() {
         return;
     };
     if runtime_under_test() == RUNC_RUNTIME {
-        eprintln!("SKIP clamp_with_warning_runs_at_the_hard_limit: rund config only");
-        return;
+        rund_tests::skip!("rund config only");
     }
     let rootfs = ctd.busybox_rootfs().unwrap();
     let hard = memlock_hard();

@@ -136,8 +136,8 @@ fn on_privileged_host_exempts_the_pod() {
 
 fn start(test: &str) -> Option<(Containerd, std::path::PathBuf)> {
     if runtime_under_test() != RUND_RUNTIME {
-        eprintln!("SKIP {test}: the policy is rund's");
-        return None;
+        let _ = test;
+        rund_tests::skip!("the policy is rund's");
     }
     let ctd = Containerd::start_rund_or_skip(test, ContainerdOpts::new())?;
     let rootfs = ctd.busybox_rootfs().unwrap();
@@ -271,8 +271,7 @@ fn device_requests_need_the_policy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_are_permission_denied() {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIP refusals_are_permission_denied: needs root");
-        return;
+        rund_tests::skip!("needs root");
     }
     let Some(bins) = rund_bins_or_skip("refusals_are_permission_denied") else {
         return;

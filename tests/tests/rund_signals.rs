@@ -348,8 +348,7 @@ fn shim_sigterm_applies_the_grace_then_kills() {
         return;
     };
     if rt() == RUNC_RUNTIME {
-        eprintln!("SKIP shim_sigterm_applies_the_grace_then_kills: rund-only");
-        return;
+        rund_tests::skip!("rund-only (the shim's grace)");
     }
     let rootfs = ctd.busybox_rootfs().unwrap();
     let before = LeakSnapshot::take(&ctd);

@@ -119,8 +119,7 @@ fn cgroup_spec(ctd: &Containerd, id: &str, script: &str, userns: bool) -> Value 
 #[test]
 fn cgroup_v1_shows_only_the_containers_own_cgroup() {
     if cgroup2_host() {
-        eprintln!("SKIP cgroup_v1_shows_only_the_containers_own_cgroup: a pure cgroup v2 host");
-        return;
+        rund_tests::skip!("a pure cgroup v2 host");
     }
     let Some(ctd) = start("cgroup_v1_shows_only_the_containers_own_cgroup") else {
         return;
@@ -156,11 +155,7 @@ fn cgroup_v1_shows_only_the_containers_own_cgroup() {
 #[test]
 fn cgroup_v2_shows_only_the_containers_own_subtree() {
     if !cgroup2_host() {
-        eprintln!(
-            "SKIP cgroup_v2_shows_only_the_containers_own_subtree: needs a pure cgroup v2 host \
-             (the VM suite); this host is cgroup v1"
-        );
-        return;
+        rund_tests::skip!("needs a pure cgroup v2 host (the VM suite runs it)");
     }
     let Some(ctd) = start("cgroup_v2_shows_only_the_containers_own_subtree") else {
         return;

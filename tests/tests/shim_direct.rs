@@ -28,8 +28,7 @@ const SETTLE: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn setup(test: &str) -> Option<RundBins> {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIP {test}: needs root (namespaces, mounts, cgroups)");
-        return None;
+        rund_tests::skip!("needs root (namespaces, mounts, cgroups)");
     }
     rund_bins_or_skip(test)
 }

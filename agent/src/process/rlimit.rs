@@ -105,9 +105,8 @@ mod tests {
             }
             nix::unistd::ForkResult::Parent { child } => {
                 if !nix::unistd::geteuid().is_root() {
-                    eprintln!("skipped: needs root to drop to uid 1");
                     let _ = nix::sys::wait::waitpid(child, None);
-                    return;
+                    rund_skip::skip!("needs root to drop to uid 1");
                 }
                 let st = nix::sys::wait::waitpid(child, None).unwrap();
                 assert_eq!(st, nix::sys::wait::WaitStatus::Exited(child, 0));

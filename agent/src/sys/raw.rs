@@ -121,16 +121,14 @@ mod tests {
     #[test]
     fn clone3_into_starts_the_child_in_the_cgroup() {
         if !nix::unistd::geteuid().is_root() {
-            eprintln!("skip: needs root");
-            return;
+            rund_skip::skip!("needs root");
         }
         let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
         let Some(root) = mounts.lines().find_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             (f.get(2) == Some(&"cgroup2")).then(|| std::path::PathBuf::from(f[1]))
         }) else {
-            eprintln!("skip: no cgroup2 mount");
-            return;
+            rund_skip::skip!("no cgroup2 mount");
         };
         let name = format!("rund-agent-clone3-{}", std::process::id());
         let dir = root.join(&name);
@@ -167,16 +165,14 @@ mod tests {
     #[test]
     fn clone3_into_with_a_new_cgroup_namespace_roots_it_at_the_cgroup() {
         if !nix::unistd::geteuid().is_root() {
-            eprintln!("skip: needs root");
-            return;
+            rund_skip::skip!("needs root");
         }
         let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
         let Some(root) = mounts.lines().find_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             (f.get(2) == Some(&"cgroup2")).then(|| std::path::PathBuf::from(f[1]))
         }) else {
-            eprintln!("skip: no cgroup2 mount");
-            return;
+            rund_skip::skip!("no cgroup2 mount");
         };
         let dir = root.join(format!("rund-agent-cgns-{}", std::process::id()));
         std::fs::create_dir(&dir).unwrap();

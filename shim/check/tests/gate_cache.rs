@@ -291,8 +291,7 @@ fn require_warn_off_policies() {
 fn require_with_the_real_backend_fails_cleanly_here() {
     use rund_check::verbs::{real::RealProvider, VerbsProvider};
     if RealProvider.device_names().is_ok() {
-        eprintln!("skip: this machine has RDMA devices");
-        return;
+        rund_skip::skip!("this machine has RDMA devices");
     }
     let tmp = tempfile::tempdir().unwrap();
     let gate = Gate::new(&cfg(tmp.path()));

@@ -24,11 +24,10 @@ fn seed_case_all_sizes_needs_16_mib_against_this_machines_limit() {
     let (soft, hard) = ProcRlimit.memlock().unwrap();
     let needed = r.buffer_bytes + ProcRlimit.pinned_bytes();
     if hard.is_none_or(|h| h >= needed) {
-        eprintln!("skip: RLIMIT_MEMLOCK here ({soft:?}/{hard:?}) allows {needed} bytes");
-        return;
+        rund_skip::skip!("RLIMIT_MEMLOCK here ({soft:?}/{hard:?}) allows {needed} bytes");
     }
     match preflight(r.buffer_bytes, &ProcRlimit) {
-        Ok(()) => eprintln!("skip: this process could raise its hard memlock limit"),
+        Ok(()) => rund_skip::skip("this process could raise its hard memlock limit"),
         Err(e) => {
             let msg = e.to_string();
             eprintln!("{msg}");
@@ -141,10 +140,7 @@ fn real_backend_reports_no_devices() {
     use rund_check::verbs::real::RealProvider;
     match RealProvider.device_names() {
         Err(VerbsError::NoDevices) => {}
-        Ok(d) => {
-            eprintln!("skip: this machine has RDMA devices: {d:?}");
-            return;
-        }
+        Ok(d) => rund_skip::skip!("this machine has RDMA devices: {d:?}"),
         Err(e) => panic!("unexpected error: {e}"),
     }
     let e = RealProvider
@@ -178,8 +174,7 @@ fn cli(argv: &[&str], prov: &impl VerbsProvider, clock: &SimClock) -> (i32, Stri
 fn cli_with_the_real_backend_says_no_devices_and_fails() {
     use rund_check::verbs::real::RealProvider;
     if RealProvider.device_names().is_ok() {
-        eprintln!("skip: this machine has RDMA devices");
-        return;
+        rund_skip::skip!("this machine has RDMA devices");
     }
     for argv in [&[][..], &["--device", "mlx5_0"], &["-a", "--json"]] {
         let (code, out, err) = cli(argv, &RealProvider, &SimClock::new());

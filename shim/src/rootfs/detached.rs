@@ -106,7 +106,7 @@ mod tests {
             Err(RootfsError::OpenTree { source, .. })
                 if source.raw_os_error() == Some(libc::EPERM) =>
             {
-                eprintln!("skip: open_tree needs CAP_SYS_ADMIN");
+                rund_skip::skip("open_tree needs CAP_SYS_ADMIN");
             }
             Err(e) => panic!("{e}"),
         }

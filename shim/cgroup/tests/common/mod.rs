@@ -25,15 +25,13 @@ pub struct TestTree {
 }
 
 impl TestTree {
-    /// `None` (with a printed reason) when not root or not on v1.
+    /// `None` (after [`rund_skip::skip`]) when not root or not on v1.
     pub fn v1() -> Option<TestTree> {
         if !is_root() {
-            eprintln!("skip: needs root");
-            return None;
+            rund_skip::skip!("needs root");
         }
         let Ok(Hierarchy::V1 { hierarchies, .. }) = Hierarchy::detect() else {
-            eprintln!("skip: host is not cgroup v1");
-            return None;
+            rund_skip::skip!("host is not cgroup v1");
         };
         let name = format!(
             "rund-test-{}-{}",
@@ -70,18 +68,14 @@ impl TestTree {
     /// A child of a cgroup2 mount (pure v2 host or the hybrid's unified).
     pub fn v2() -> Option<TestTree> {
         if !is_root() {
-            eprintln!("skip: needs root");
-            return None;
+            rund_skip::skip!("needs root");
         }
         let mount = match Hierarchy::detect() {
             Ok(Hierarchy::V2 { root }) => root,
             Ok(Hierarchy::V1 {
                 unified: Some(u), ..
             }) => u,
-            _ => {
-                eprintln!("skip: no cgroup2 mount");
-                return None;
-            }
+            _ => rund_skip::skip!("no cgroup2 mount"),
         };
         let name = format!(
             "rund-test-{}-{}",
@@ -90,8 +84,7 @@ impl TestTree {
         );
         let d = mount.join(name);
         if let Err(e) = std::fs::create_dir(&d) {
-            eprintln!("skip: cannot mkdir in {}: {e}", mount.display());
-            return None;
+            rund_skip::skip!("cannot mkdir in {}: {e}", mount.display());
         }
         Some(TestTree {
             roots: vec![d.clone()],

@@ -24,18 +24,15 @@ pub fn host() -> (TempDir, FakeHost) {
 }
 
 /// The fake NVML, built once per test binary into cargo's target tmp dir (nothing is
-/// left in /tmp). None, with a printed reason, if `cc` fails.
+/// left in /tmp). None, after [`rund_skip::skip`] in every test that asks, if `cc` fails.
 pub fn fake_nvml() -> Option<PathBuf> {
-    static LIB: OnceLock<Option<PathBuf>> = OnceLock::new();
-    LIB.get_or_init(|| {
+    static LIB: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let lib = LIB.get_or_init(|| {
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fake-nvml");
-        match build_fake_nvml(&dir) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                println!("skip: cannot build fake NVML: {e}");
-                None
-            }
-        }
-    })
-    .clone()
+        build_fake_nvml(&dir).map_err(|e| e.to_string())
+    });
+    match lib {
+        Ok(p) => Some(p.clone()),
+        Err(e) => rund_skip::skip!("cannot build fake NVML: {e}"),
+    }
 }

@@ -1,0 +1,87 @@
+#!/bin/bash
+# Runs integration tests inside a VM booted from Debian 12's own kernel (pure cgroup v2) with
+# virtme-ng: the host's root shared read-only, test binaries built here, results written back
+# to a shared directory. Exits non-zero when any test fails or the VM does not report.
+#
+#   tests/vm/run.sh [--suite v2|rdma] [--list FILE | --tests 'bin::test bin ...']
+#                   [--runtime RUNTIME] [--out DIR] [--timeout SECS]
+#
+# Environment: RUND_VM_CACHE (virtme-ng venv; default ~/.cache/rund-vm), RUND_VM_KERNEL
+# (default the newest /boot/vmlinuz-6.1.0-*-amd64), RUND_VM_MEMORY (4G), RUND_VM_CPUS (2),
+# RUND_VM_KVM (auto: KVM only when a probe boot works; 0: TCG; 1: KVM), RUND_VM_TIMEOUT (the
+# whole VM, default 2700 s; --timeout is per test, default 600 s), CARGO.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+ws=$(cd "$here/../.." && pwd)
+suite=v2 list= tests= runtime= out= timeout=600
+while [ $# -gt 0 ]; do
+    case $1 in
+    --suite) suite=$2; shift 2 ;;
+    --list) list=$2; shift 2 ;;
+    --tests) tests=$2; shift 2 ;;
+    --runtime) runtime=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --timeout) timeout=$2; shift 2 ;;
+    *) echo "vm: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+case $suite in v2|rdma) ;; *) echo "vm: --suite is v2 or rdma, not $suite" >&2; exit 2 ;; esac
+[ -n "$list" ] || list=$here/$suite.list
+[ -n "$out" ] || out=$ws/target/vm/$suite${runtime:+-${runtime//[^a-z0-9]/_}}
+cache=${RUND_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rund-vm}
+vng=$cache/venv/bin/vng
+CARGO=${CARGO:-cargo}
+start=$(date +%s)
+say() { echo "vm: $*" >&2; }
+
+[ -x "$vng" ] || { say "no virtme-ng at $vng: run tests/vm/setup.sh"; exit 1; }
+kernel=${RUND_VM_KERNEL:-$(ls /boot/vmlinuz-6.1.0-*-amd64 2>/dev/null | sort -V | tail -1)}
+[ -n "$kernel" ] && [ -r "$kernel" ] || { say "no Debian 12 kernel in /boot: run tests/vm/setup.sh"; exit 1; }
+
+# Build on the host; the VM only runs what is built.
+(cd "$ws" && $CARGO build -q -p rund-shim -p rund-agent)
+rm -rf "$out" && mkdir -p "$out/logs"
+(cd "$ws" && $CARGO test -q -p rund-tests --no-run --message-format=json) >"$out/cargo.json"
+python3 "$here/plan.py" --cargo-json "$out/cargo.json" --list "$list" --tests "$tests" \
+    --out "$out/plan.tsv"
+say "$(wc -l <"$out/plan.tsv") tests planned ($suite${runtime:+, $runtime}); results in $out"
+
+# KVM only where a guest kernel really boots with it (nested KVM often does not).
+kvm_flag=--disable-kvm
+case ${RUND_VM_KVM:-auto} in
+1) kvm_flag= ;;
+auto)
+    probe=$cache/kvm-$(uname -r)-$(basename "$kernel")
+    if [ ! -f "$probe" ]; then
+        if [ -w /dev/kvm ] && timeout 120 "$vng" -r "$kernel" --memory 1G --cpus 1 \
+            -- 'echo RUND_KVM_OK' 2>/dev/null | grep -q RUND_KVM_OK; then
+            echo ok >"$probe"
+        else
+            echo no >"$probe"
+        fi
+    fi
+    [ "$(cat "$probe")" = ok ] && kvm_flag=
+    ;;
+esac
+accel=KVM; [ -n "$kvm_flag" ] && accel=TCG
+say "booting $(basename "$kernel") ($accel)"
+
+vm_start=$(date +%s)
+set +e
+# The guest script prints its progress; the results are files under $out.
+PATH=$(dirname "$vng"):$PATH timeout "${RUND_VM_TIMEOUT:-2700}" \
+    "$vng" $kvm_flag -r "$kernel" --memory "${RUND_VM_MEMORY:-4G}" --cpus "${RUND_VM_CPUS:-2}" \
+    --rwdir "$out" --cwd "$ws" \
+    -- "bash $here/guest.sh --out $out --suite $suite --timeout $timeout --runtime '$runtime'" \
+    </dev/null 2>&1 | tee "$out/console.log"
+vm_rc=${PIPESTATUS[0]}
+set -e
+vm_secs=$(($(date +%s) - vm_start))
+
+if [ ! -f "$out/done" ]; then
+    say "the VM ended (rc $vm_rc) before reporting; see $out/console.log and guest.log"
+    tail -n 30 "$out/console.log" 2>/dev/null >&2 || true
+    exit 1
+fi
+python3 "$here/report.py" "$out" --suite "$suite" --vm-secs "$vm_secs" \
+    --total-secs $(($(date +%s) - start))
