@@ -81,7 +81,8 @@ async fn serve(flags: Flags) -> Result<(), String> {
         .await
         .map_err(|e| format!("ttrpc server: {e}"))?;
     signal_started();
-    tracing::info!(socket = %path, "rund shim serving");
+    let started_as = std::env::var(super::start::STARTED_AS_ENV).unwrap_or_default();
+    tracing::info!(socket = %path, bootstrap = %started_as, "rund shim serving");
 
     let sigterm_service = service.clone();
     tokio::spawn(async move {

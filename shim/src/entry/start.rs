@@ -1,6 +1,7 @@
 //! `start`: print the address of the shim serving this container's pod,
-//! starting one if none serves it yet. stdout and stderr both reach
-//! containerd as the address: print nothing else.
+//! starting one if none serves it yet, as a plain address or as containerd
+//! 2.x's JSON bootstrap params (see [`super::bootstrap`]). stdout and stderr
+//! both reach containerd as the reply: print nothing else.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -10,6 +11,11 @@ use std::process::{Command, Stdio};
 
 use containerd_shim::Flags;
 
+use super::bootstrap;
+
+/// Tells the server which reply `start` gave, for its log.
+pub const STARTED_AS_ENV: &str = "RUND_SHIM_STARTED_AS";
+
 pub fn run(flags: &Flags) -> Result<(), String> {
     let bundle = std::env::current_dir().map_err(|e| format!("cwd: {e}"))?;
     let grouping = match crate::spec::load(&bundle) {
@@ -17,10 +23,11 @@ pub fn run(flags: &Flags) -> Result<(), String> {
         Err(_) => flags.id.clone(), // Create reports a bad config.json properly.
     };
     let address = super::socket_address(flags, &grouping);
+    let reply = bootstrap::choose(&flags.publish_binary);
     let path = address.trim_start_matches("unix://").to_string();
     if UnixStream::connect(&path).is_ok() {
         write_address(&bundle, &address)?;
-        print!("{address}");
+        print!("{}", reply.render(&address));
         return Ok(());
     }
     let exe = std::env::current_exe().map_err(|e| format!("current exe: {e}"))?;
@@ -36,6 +43,7 @@ pub fn run(flags: &Flags) -> Result<(), String> {
         &address,
     ])
     .current_dir(&bundle)
+    .env(STARTED_AS_ENV, reply.name())
     .stdin(Stdio::null())
     .stdout(Stdio::piped())
     .stderr(Stdio::null());
@@ -67,7 +75,7 @@ pub fn run(flags: &Flags) -> Result<(), String> {
     }
     write_address(&bundle, &address)?;
     std::io::stdout()
-        .write_all(address.as_bytes())
+        .write_all(reply.render(&address).as_bytes())
         .and_then(|_| std::io::stdout().flush())
         .map_err(|e| format!("write address: {e}"))?;
     Ok(())
