@@ -70,11 +70,18 @@ pub struct ContainerdOpts {
     pub rund_config_path: Option<PathBuf>,
     /// containerd 2.x only: the `rund` runtime's `sandboxer` (default `podsandbox`).
     pub rund_sandboxer: Option<String>,
+    /// Register the CRI runtime `rund` (default true; `false` leaves it to `rund install`).
+    pub rund_runtime: bool,
+    /// Write this config version instead of the line's own (2 on containerd 2.x: the shape of
+    /// Debian's config.toml, which 2.x migrates).
+    pub config_version: Option<u32>,
     /// Start containerd from this config file as it is (e.g. one `rund install` edited)
     /// instead of rendering one. It must use this instance's [`Layout`].
     pub config_file: Option<PathBuf>,
     /// containerd's binaries; default [`line::selected`].
     pub containerd: Option<ContainerdBins>,
+    /// More executables to put on containerd's PATH (linked by file name).
+    pub path_links: Vec<PathBuf>,
     /// Appended verbatim to config.toml.
     pub extra_config: String,
     /// How long to wait for the socket to answer.
@@ -91,8 +98,11 @@ impl Default for ContainerdOpts {
             sandbox_image: None,
             rund_config_path: None,
             rund_sandboxer: None,
+            rund_runtime: true,
+            config_version: None,
             config_file: None,
             containerd: None,
+            path_links: Vec::new(),
             extra_config: String::new(),
             start_timeout: Duration::from_secs(30),
         }
@@ -221,6 +231,10 @@ impl Containerd {
 
     fn spawn(&mut self) -> Result<()> {
         bins::populate_path_dir(&self.path_dir, self.rund.as_ref(), self.opts.with_runc)?;
+        for target in &self.opts.path_links {
+            let link = self.path_dir.join(target.file_name().unwrap_or_default());
+            std::os::unix::fs::symlink(target, &link).ctx("symlink into PATH dir", link)?;
+        }
         self.layout
             .create()
             .ctx("create containerd dirs", &self.dir)?;
@@ -294,6 +308,24 @@ impl Containerd {
     /// containerd 2.x (config version 3, task API v3 available).
     pub fn is_v2(&self) -> bool {
         self.bins.is_v2()
+    }
+
+    /// The bundle containerd made for task `id` in namespace `ns` (the same path on 1.6 and
+    /// 2.x).
+    pub fn task_bundle(&self, ns: &str, id: &str) -> PathBuf {
+        self.layout
+            .state
+            .join("io.containerd.runtime.v2.task")
+            .join(ns)
+            .join(id)
+    }
+
+    /// Stop containerd and start it again from the same config (shims keep running).
+    pub fn restart(&mut self) -> Result<()> {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.path_dir);
+        self.spawn()?;
+        self.wait_ready()
     }
 
     /// containerd's pid.

@@ -79,7 +79,10 @@ const ALWAYS_DISABLED: &[&str] = &[
 /// Render config.toml for the containerd in `bins`. TOML strings are written with `{:?}`, a
 /// valid TOML basic string for the plain ASCII paths used here.
 pub fn render(l: &Layout, opts: &ContainerdOpts, bins: &ContainerdBins) -> String {
-    let mut s = if bins.is_v2() {
+    let version = opts
+        .config_version
+        .unwrap_or(if bins.is_v2() { 3 } else { 2 });
+    let mut s = if version >= 3 {
         v3::render(l, opts)
     } else {
         v2::render(l, opts)

@@ -142,3 +142,35 @@ fn offline_hosts_toml_names_a_closed_local_port() {
     let on_disk = std::fs::read_to_string(l.default_hosts_toml()).unwrap();
     assert_eq!(on_disk, hosts_toml());
 }
+
+#[test]
+fn without_rund_runtime_and_with_a_forced_version() {
+    let l = layout();
+    let mut o = ContainerdOpts::new().cri();
+    o.rund_runtime = false;
+    o.rund_config_path = Some("/etc/rund.toml".into());
+    for b in [bins(1, 6), bins(2, 1)] {
+        let cfg = render(&l, &o, &b);
+        assert!(!cfg.contains("runtimes.rund"), "{cfg}");
+        assert!(!cfg.contains("ConfigPath"), "{cfg}");
+        parse(&cfg);
+    }
+    // containerd 2.x with a version 2 file (Debian's shape): the 1.x CRI plugin keys.
+    o.config_version = Some(2);
+    let v = parse(&render(&l, &o, &bins(2, 1)));
+    assert_eq!(v["version"].as_integer(), Some(2));
+    assert!(v["plugins"][v2::CRI_PLUGIN].get("sandbox_image").is_some());
+}
+
+#[test]
+fn debug_logs_at_trace_on_2x_only() {
+    let l = layout();
+    let level = |b: &ContainerdBins| {
+        parse(&render(&l, &ContainerdOpts::new(), b))["debug"]["level"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(level(&bins(1, 6)), "debug");
+    assert_eq!(level(&bins(2, 1)), "trace");
+}

@@ -38,23 +38,27 @@ fn render_cri(s: &mut String, l: &Layout, opts: &ContainerdOpts) {
 [{cri}.containerd]
   snapshotter = "overlayfs"
   default_runtime_name = "{default_rt}"
-
-[{cri}.containerd.runtimes.rund]
-  runtime_type = "io.containerd.rund.v2"
-  pod_annotations = ["*"]
 "#,
         sandbox = opts.sandbox_image.as_deref().unwrap_or(BUSYBOX_IMAGE),
         certs = l.certs_d.display().to_string(),
-        default_rt = if opts.with_runc { "runc" } else { "rund" },
+        default_rt = if runc_runtime(opts) { "runc" } else { "rund" },
     );
-    if let Some(cfg) = &opts.rund_config_path {
+    if opts.rund_runtime {
+        // Every annotation: the suites test rund's own handling of each.
+        let _ = write!(
+            s,
+            "\n[{cri}.containerd.runtimes.rund]\n  runtime_type = \"io.containerd.rund.v2\"\n  \
+             pod_annotations = [\"*\"]\n"
+        );
+    }
+    if let Some(cfg) = opts.rund_config_path.as_ref().filter(|_| opts.rund_runtime) {
         let _ = write!(
             s,
             "\n[{cri}.containerd.runtimes.rund.options]\n  ConfigPath = {:?}\n",
             cfg.display().to_string()
         );
     }
-    if opts.with_runc {
+    if runc_runtime(opts) {
         let _ = write!(
             s,
             r#"
@@ -73,4 +77,9 @@ fn render_cri(s: &mut String, l: &Layout, opts: &ContainerdOpts) {
 "#,
         conf = l.cni_conf.display().to_string(),
     );
+}
+
+/// A `runc` handler (the default) with `with_runc`, and in a user's config without rund.
+fn runc_runtime(opts: &ContainerdOpts) -> bool {
+    opts.with_runc || !opts.rund_runtime
 }
