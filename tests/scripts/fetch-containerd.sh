@@ -40,7 +40,7 @@ if [ -z "$version" ]; then
     exit 1
 fi
 echo "fetch-containerd: downloading containerd=$version" >&2
-(cd "$apt_dir/debs" && rm -f containerd_*.deb && apt-get "$@" -qq download "containerd=$version" >&2)
+(cd "$apt_dir/debs" && rm -f containerd_*.deb && apt-get "$@" -o APT::Sandbox::User=root -qq download "containerd=$version" >&2)
 deb=$(ls "$apt_dir"/debs/containerd_*.deb)
 tmp=$(mktemp -d "$cache/containerd-$series.new.XXXXXX")
 dpkg-deb -x "$deb" "$tmp"

@@ -30,8 +30,6 @@ use manifest::Manifest;
 
 const DEFAULT_CONTAINERD_CONFIG: &str = "/etc/containerd/config.toml";
 const DEFAULT_SOCKET: &str = "/run/containerd/containerd.sock";
-/// Runs a command in the host's mount namespace from a privileged pod with `hostPID`.
-const HOST_NSENTER: &[&str] = &["nsenter", "--target", "1", "--mount", "--"];
 
 #[derive(Debug, Args)]
 pub struct InstallArgs {
@@ -57,10 +55,6 @@ pub struct InstallArgs {
     /// The containerd binary asked for its version.
     #[arg(long, value_name = "PATH", default_value = "containerd")]
     pub containerd_bin: String,
-    /// Run `containerd --version` and `systemctl` in the host's mount namespace
-    /// (`nsenter --target 1 --mount`), for a privileged pod with hostPID.
-    #[arg(long)]
-    pub host_mount_ns: bool,
     /// Print what would change; change nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -80,17 +74,9 @@ pub struct UninstallArgs {
     /// Restart containerd when its config changed.
     #[arg(long)]
     pub restart: bool,
-    /// See `rund install --host-mount-ns`.
-    #[arg(long)]
-    pub host_mount_ns: bool,
     /// containerd's config.toml (for the socket to wait on after `--restart`).
     #[arg(long, value_name = "PATH", default_value = DEFAULT_CONTAINERD_CONFIG)]
     pub containerd_config: PathBuf,
-}
-
-fn host_cmd(host_mount_ns: bool, cmd: &[&str]) -> Vec<String> {
-    let prefix: &[&str] = if host_mount_ns { HOST_NSENTER } else { &[] };
-    prefix.iter().chain(cmd).map(|s| (*s).to_owned()).collect()
 }
 
 fn say(out: &mut dyn Write, s: &str) -> Result<(), InstallError> {
@@ -122,7 +108,7 @@ pub fn install(
             .unwrap_or_else(|| PathBuf::from(".")),
     };
     let cfg = MainConfig::read(&a.containerd_config)?;
-    let version_cmd = host_cmd(a.host_mount_ns, &[&a.containerd_bin, "--version"]);
+    let version_cmd = vec![a.containerd_bin.clone(), "--version".to_owned()];
     let detected = detect::detect(a.containerd_version.as_deref(), &version_cmd, &cfg)?;
     let mut manifest =
         Manifest::load(&a.manifest)?.unwrap_or_else(|| Manifest::new(detected.line.name()));
@@ -143,7 +129,7 @@ pub fn install(
     manifest.containerd_line = plan.detected.line.name().to_owned();
     apply::apply(&plan, &mut manifest, &a.manifest, out)?;
     say(out, &format!("manifest: {}", a.manifest.display()))?;
-    finish(plan.restart_needed(), a.restart, a.host_mount_ns, &cfg, out)?;
+    finish(plan.restart_needed(), a.restart, &cfg, out)?;
     Ok(0)
 }
 
@@ -180,7 +166,7 @@ pub fn uninstall(a: &UninstallArgs, out: &mut dyn Write) -> Result<i32, InstallE
     }
     let cfg = MainConfig::read(&a.containerd_config).ok();
     match cfg {
-        Some(cfg) => finish(r.config_changed, a.restart, a.host_mount_ns, &cfg, out)?,
+        Some(cfg) => finish(r.config_changed, a.restart, &cfg, out)?,
         None => finish_no_cfg(r.config_changed, out)?,
     }
     Ok(if r.left.is_empty() { 0 } else { 1 })
@@ -195,7 +181,6 @@ fn finish_no_cfg(needed: bool, out: &mut dyn Write) -> Result<(), InstallError> 
 fn finish(
     needed: bool,
     restart: bool,
-    host_mount_ns: bool,
     cfg: &MainConfig,
     out: &mut dyn Write,
 ) -> Result<(), InstallError> {
@@ -208,7 +193,7 @@ fn finish(
             "containerd restart: needed, not done (run `systemctl restart containerd`, or pass --restart)",
         );
     }
-    let cmd = host_cmd(host_mount_ns, &["systemctl", "restart", "containerd"]);
+    let cmd = ["systemctl", "restart", "containerd"];
     say(out, &format!("restarting containerd: {}", cmd.join(" ")))?;
     let st = Command::new(&cmd[0])
         .args(&cmd[1..])

@@ -1,3 +1,4 @@
+mod deploy_yaml;
 mod edits;
 mod flow;
 mod render;
@@ -62,7 +63,6 @@ impl Node {
             from: Some(self.from()),
             containerd_version: Some(version.into()),
             containerd_bin: "/nonexistent/containerd".into(),
-            host_mount_ns: false,
             dry_run: false,
             restart: false,
         }
@@ -72,7 +72,6 @@ impl Node {
             manifest: self.manifest(),
             dry_run: false,
             restart: false,
-            host_mount_ns: false,
             containerd_config: self.config(),
         }
     }
