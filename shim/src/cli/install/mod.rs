@@ -195,7 +195,7 @@ fn finish(
     }
     let cmd = ["systemctl", "restart", "containerd"];
     say(out, &format!("restarting containerd: {}", cmd.join(" ")))?;
-    let st = Command::new(&cmd[0])
+    let st = Command::new(cmd[0])
         .args(&cmd[1..])
         .status()
         .map_err(|e| InstallError::Restart(format!("{}: {e}", cmd.join(" "))))?;
