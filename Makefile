@@ -35,7 +35,7 @@ test-unit:
 	$(CARGO) test --workspace --exclude rund-tests
 
 # Each test binary starts its own containerd; two at a time suit 2 cores.
-# Every file runs on both lines (about 1.5 minutes each).
+# Every file runs on both lines (about 2.5 minutes each).
 test-integration: test-integration-1.6 test-integration-2.1
 
 test-integration-1.6:

@@ -312,3 +312,58 @@ fn a_foreign_drop_in_or_missing_binary_is_refused() {
     let e = r.unwrap_err();
     assert!(e.to_string().contains("rund-agent"), "{e}");
 }
+
+#[test]
+fn restart_only_when_asked_and_needed() {
+    let node = Node::new();
+    // containerd's socket, per config.toml, and a systemctl that records its arguments.
+    let sock = node.path("c.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    std::fs::write(
+        node.config(),
+        format!(
+            "version = 3\n\n[grpc]\n  address = {:?}\n",
+            sock.display().to_string()
+        ),
+    )
+    .unwrap();
+    let fake = node.path("fakebin");
+    std::fs::create_dir_all(&fake).unwrap();
+    let calls = node.path("systemctl.calls");
+    std::fs::write(
+        fake.join("systemctl"),
+        format!("#!/bin/sh\necho \"$@\" >> {}\n", calls.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        fake.join("systemctl"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    // Only this test runs a command by name.
+    let path = std::env::var("PATH").unwrap_or_default();
+    std::env::set_var("PATH", format!("{}:{path}", fake.display()));
+
+    let (r, out) = install(&node.args("2.1"));
+    assert_eq!(r.unwrap(), 0, "{out}");
+    assert!(!calls.exists(), "no restart without --restart: {out}");
+    let mut a = node.args("2.1");
+    a.restart = true;
+    let (r, out) = install(&a);
+    assert_eq!(r.unwrap(), 0, "{out}");
+    assert!(out.contains("containerd restart: not needed"), "{out}");
+    assert!(!calls.exists(), "nothing changed, so no restart: {out}");
+    let mut u = node.uninstall_args();
+    u.restart = true;
+    let (r, out) = uninstall(&u);
+    std::env::set_var("PATH", path);
+    assert_eq!(r.unwrap(), 0, "{out}");
+    assert_eq!(
+        std::fs::read_to_string(&calls).unwrap(),
+        "restart containerd\n"
+    );
+    assert!(
+        out.contains(&format!("containerd is back on {}", sock.display())),
+        "{out}"
+    );
+}
