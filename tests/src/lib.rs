@@ -1,6 +1,6 @@
 //! rund-tests: the harness for rund's integration tests and benchmarks.
 //!
-//! - [`Containerd`]: a private containerd 1.6 (own root, state, sockets, config, PATH) per test;
+//! - [`Containerd`]: a private containerd, 1.6 or 2.1 (own root, state, sockets, config, PATH) per test;
 //!   `ctr` helpers live on it.
 //! - [`busybox_rootfs`] / [`shared_busybox_rootfs`]: a busybox root filesystem, offline.
 //! - [`oci_image_tarball`]: an OCI image of that rootfs, importable and usable as pause image.

@@ -64,6 +64,19 @@ impl Containerd {
         a.push(file.display().to_string());
         a.extend(opts.flags.iter().cloned());
         a.push(id.into());
+        if self.is_v2() && opts.runtime_config.is_some() && has_user_mappings(spec) {
+            // ctr 2.x cannot run this: for a spec with uid mappings it reads the runtime
+            // options as runc's (`WithUIDOwner`) and fails on any other runtime's options
+            // ("can't unmarshal type runtimeoptions.v1.Options"; a client bug, still on
+            // containerd's main). Debian's 1.6 ctr speaks the same API without it.
+            let mut c = std::process::Command::new(crate::containerd::CTR_BIN);
+            c.arg("--address")
+                .arg(self.address())
+                .arg("--namespace")
+                .arg(&self.namespace)
+                .args(&a);
+            return crate::cmd::run(c, None, DEFAULT_TIMEOUT);
+        }
         self.ctr_full(&self.namespace, &a, None, DEFAULT_TIMEOUT)
     }
 
@@ -83,6 +96,12 @@ impl Containerd {
         let child = c.spawn().ctx("spawn ctr events", "ctr")?;
         Ok(EventLog { child, file })
     }
+}
+
+fn has_user_mappings(spec: &Value) -> bool {
+    spec["linux"]["uidMappings"]
+        .as_array()
+        .is_some_and(|m| !m.is_empty())
 }
 
 fn unique() -> String {

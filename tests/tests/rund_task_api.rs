@@ -548,7 +548,15 @@ fn checkpoint_is_unimplemented() {
     assert!(!out.success(), "{out:?}");
     println!("checkpoint refused: {}", out.stderr.trim());
     let err = out.stderr.to_lowercase();
-    if rt() == RUND_RUNTIME {
+    if rt() == RUND_RUNTIME && ctd.is_v2() {
+        // ctr 2.x prints the description without the code's text; shim_direct checks the
+        // code itself.
+        assert!(
+            err.contains("checkpoint") && err.contains("does not support"),
+            "Checkpoint should be refused with the shim's message: {:?}",
+            out.stderr
+        );
+    } else if rt() == RUND_RUNTIME {
         assert!(
             err.contains("checkpoint") && err.contains("not implemented"),
             "Checkpoint should answer UNIMPLEMENTED with a message: {:?}",

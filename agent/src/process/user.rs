@@ -61,7 +61,8 @@ pub fn oom_score_adj(value: i32) -> Result<(), String> {
         if matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM)) {
             m.push_str(
                 ": lowering oom_score_adj needs CAP_SYS_RESOURCE, which this node's runtime lacks; with CRI set \
-                 `restrict_oom_score_adj = true` under [plugins.\"io.containerd.grpc.v1.cri\"] in containerd's config",
+                 `restrict_oom_score_adj = true` in containerd's config, under [plugins.\"io.containerd.grpc.v1.cri\"] \
+                 (containerd 1.x) or [plugins.\"io.containerd.cri.v1.runtime\"] (2.x)",
             );
         }
         m

@@ -24,4 +24,6 @@ pub enum CliError {
     Output(#[from] std::io::Error),
     #[error("encoding JSON: {0}")]
     Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Install(#[from] super::install::InstallError),
 }

@@ -1,8 +1,9 @@
-//! The `rund` admin CLI: doctor, pool, devices, cdi and check subcommands.
+//! The `rund` admin CLI: doctor, pool, devices, cdi, check, install and uninstall.
 
 pub mod devices;
 pub mod doctor;
 pub mod error;
+pub mod install;
 pub mod pool;
 pub mod userns;
 
@@ -56,6 +57,10 @@ pub enum Command {
     /// User-namespace id leases.
     #[command(subcommand)]
     Userns(UsernsCommand),
+    /// Install rund's binaries and config and register it with containerd (1.6/1.7 or 2.x).
+    Install(install::InstallArgs),
+    /// Remove exactly what `rund install` installed and registered.
+    Uninstall(install::UninstallArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -113,6 +118,12 @@ pub enum CheckCommand {
 
 /// Runs one parsed command; returns the exit status.
 pub fn run(cli: Cli, out: &mut dyn Write) -> Result<i32, CliError> {
+    // Install runs before any rund config exists.
+    match &cli.command {
+        Command::Install(a) => return Ok(install::install(a, cli.config.as_deref(), out)?),
+        Command::Uninstall(a) => return Ok(install::uninstall(a, out)?),
+        _ => {}
+    }
     let cfg = RundConfig::load(cli.config.as_deref())?;
     match cli.command {
         Command::Doctor { json, pid } => {
@@ -136,6 +147,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<i32, CliError> {
         Command::Userns(UsernsCommand::Repair) => userns::repair(&cfg, out)?,
         // rund-check prints its own report and errors.
         Command::Check(CheckCommand::WriteBw(a)) => return Ok(rund_check::cli_main(a)),
+        Command::Install(_) | Command::Uninstall(_) => unreachable!("dispatched above"),
     }
     Ok(0)
 }

@@ -160,3 +160,38 @@ fn userns_leases_list_from_a_private_state_dir() {
         "leases live under the configured state dir"
     );
 }
+
+#[test]
+fn install_and_uninstall_flags() {
+    let c = parse(&[
+        "install",
+        "--prefix",
+        "/opt/r",
+        "--containerd-config",
+        "/e/c.toml",
+        "--dry-run",
+        "--restart",
+    ])
+    .unwrap();
+    let Command::Install(a) = c.command else {
+        panic!("install")
+    };
+    assert_eq!(a.prefix, Path::new("/opt/r"));
+    assert_eq!(a.containerd_config, Path::new("/e/c.toml"));
+    assert!(a.dry_run && a.restart);
+    assert_eq!(a.rund_config, None);
+    let d = parse(&["install"]).unwrap();
+    let Command::Install(d) = d.command else {
+        panic!("install")
+    };
+    assert_eq!(d.prefix, Path::new("/usr/local"));
+    assert_eq!(
+        d.containerd_config,
+        Path::new("/etc/containerd/config.toml")
+    );
+    assert_eq!(d.manifest, Path::new("/var/lib/rund/install-manifest.json"));
+    assert!(!d.dry_run && !d.restart);
+    assert!(parse(&["install", "--prefx", "/x"]).is_err());
+    let u = parse(&["uninstall", "--dry-run"]).unwrap();
+    assert!(matches!(u.command, Command::Uninstall(ref a) if a.dry_run && !a.restart));
+}

@@ -75,13 +75,15 @@ async fn serve(flags: Flags) -> Result<(), String> {
     }
     let mut server = Server::new()
         .add_listener(listener)
-        .register_service(services);
+        .register_service(services)
+        .register_service(crate::sandboxer::service(service.clone()));
     server
         .start()
         .await
         .map_err(|e| format!("ttrpc server: {e}"))?;
     signal_started();
-    tracing::info!(socket = %path, "rund shim serving");
+    let started_as = std::env::var(super::start::STARTED_AS_ENV).unwrap_or_default();
+    tracing::info!(socket = %path, bootstrap = %started_as, "rund shim serving");
 
     let sigterm_service = service.clone();
     tokio::spawn(async move {

@@ -1,6 +1,7 @@
 //! `start`: print the address of the shim serving this container's pod,
-//! starting one if none serves it yet. stdout and stderr both reach
-//! containerd as the address: print nothing else.
+//! starting one if none serves it yet, as a plain address or as containerd
+//! 2.x's JSON bootstrap params (see [`super::bootstrap`]). stdout and stderr
+//! both reach containerd as the reply: print nothing else.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -10,6 +11,11 @@ use std::process::{Command, Stdio};
 
 use containerd_shim::Flags;
 
+use super::bootstrap;
+
+/// Tells the server which reply `start` gave, for its log.
+pub const STARTED_AS_ENV: &str = "RUND_SHIM_STARTED_AS";
+
 pub fn run(flags: &Flags) -> Result<(), String> {
     let bundle = std::env::current_dir().map_err(|e| format!("cwd: {e}"))?;
     let grouping = match crate::spec::load(&bundle) {
@@ -17,10 +23,11 @@ pub fn run(flags: &Flags) -> Result<(), String> {
         Err(_) => flags.id.clone(), // Create reports a bad config.json properly.
     };
     let address = super::socket_address(flags, &grouping);
+    let reply = bootstrap::choose(&flags.publish_binary);
     let path = address.trim_start_matches("unix://").to_string();
     if UnixStream::connect(&path).is_ok() {
         write_address(&bundle, &address)?;
-        print!("{address}");
+        print!("{}", reply.render(&address));
         return Ok(());
     }
     let exe = std::env::current_exe().map_err(|e| format!("current exe: {e}"))?;
@@ -36,11 +43,17 @@ pub fn run(flags: &Flags) -> Result<(), String> {
         &address,
     ])
     .current_dir(&bundle)
+    .env(STARTED_AS_ENV, reply.name())
     .stdin(Stdio::null())
     .stdout(Stdio::piped())
     .stderr(Stdio::null());
     if !flags.publish_binary.is_empty() {
         cmd.args(["-publish-binary", &flags.publish_binary]);
+    }
+    // containerd writes the runtime's options (ConfigPath) on our stdin: the
+    // sandbox API has no Create that would carry them.
+    if let Some(path) = config_path_from_stdin() {
+        cmd.env(crate::config::ENV_PATH, path);
     }
     if flags.debug {
         cmd.arg("-debug");
@@ -67,7 +80,7 @@ pub fn run(flags: &Flags) -> Result<(), String> {
     }
     write_address(&bundle, &address)?;
     std::io::stdout()
-        .write_all(address.as_bytes())
+        .write_all(reply.render(&address).as_bytes())
         .and_then(|_| std::io::stdout().flush())
         .map_err(|e| format!("write address: {e}"))?;
     Ok(())
@@ -75,4 +88,46 @@ pub fn run(flags: &Flags) -> Result<(), String> {
 
 fn write_address(bundle: &Path, address: &str) -> Result<(), String> {
     std::fs::write(bundle.join("address"), address).map_err(|e| format!("write address file: {e}"))
+}
+
+/// `ConfigPath` of the runtime options containerd wrote on stdin, if any.
+fn config_path_from_stdin() -> Option<String> {
+    let mut buf = Vec::new();
+    std::io::stdin().take(1 << 20).read_to_end(&mut buf).ok()?;
+    options_config_path(&buf)
+}
+
+/// The `Any{type_url, value}` of the runtime options, then its ConfigPath.
+fn options_config_path(buf: &[u8]) -> Option<String> {
+    let mut any = containerd_shim_protos::protobuf::well_known_types::any::Any::default();
+    crate::protowire::fields("runtime options", buf, |n, v| {
+        match n {
+            1 => any.type_url = v.string("runtime options")?,
+            2 => any.value = v.bytes("runtime options")?.to_vec(),
+            _ => {}
+        }
+        Ok(())
+    })
+    .ok()?;
+    crate::task::config_path(Some(&any)).ok().flatten()
+}
+
+#[cfg(test)]
+mod options_tests {
+    #[test]
+    fn the_config_path_is_read_from_the_options_any() {
+        let opts = crate::protowire::encode::msg(|o| {
+            o.write_string(2, "/etc/rund/other.toml").unwrap();
+        });
+        let any = crate::protowire::encode::msg(|o| {
+            o.write_string(1, "runtimeoptions.v1.Options").unwrap();
+            o.write_bytes(2, &opts).unwrap();
+        });
+        assert_eq!(
+            super::options_config_path(&any).as_deref(),
+            Some("/etc/rund/other.toml")
+        );
+        assert_eq!(super::options_config_path(b""), None);
+        assert_eq!(super::options_config_path(b"\xff\xff"), None);
+    }
 }

@@ -25,6 +25,16 @@ use crate::rootfs;
 use crate::spec::{self, Role};
 
 pub async fn create(svc: &Arc<Service>, req: CreateTaskRequest) -> Result<CreateTaskResponse> {
+    create_with(svc, req, true).await
+}
+
+/// Create, publishing TaskCreate or not (a sandbox API pod publishes none:
+/// containerd publishes the sandbox's own events).
+pub async fn create_with(
+    svc: &Arc<Service>,
+    req: CreateTaskRequest,
+    publish: bool,
+) -> Result<CreateTaskResponse> {
     if req.id.is_empty() {
         return Err(ShimError::InvalidArgument("container id is empty".into()));
     }
@@ -47,9 +57,11 @@ pub async fn create(svc: &Arc<Service>, req: CreateTaskRequest) -> Result<Create
                 .lock()
                 .await
                 .insert(req.id.clone(), Arc::new(c));
-            svc.events
-                .create(&req.id, &req.bundle, pid, &stdio, "")
-                .await;
+            if publish {
+                svc.events
+                    .create(&req.id, &req.bundle, pid, &stdio, "")
+                    .await;
+            }
             tracing::info!(id = %req.id, pid, "created");
             Ok(CreateTaskResponse {
                 pid,

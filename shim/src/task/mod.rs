@@ -7,6 +7,7 @@ mod exec;
 mod lifecycle;
 mod namespaces;
 mod options;
+pub use options::config_path;
 mod phases;
 mod pod;
 mod resources;
@@ -263,6 +264,39 @@ impl Task for TaskHandler {
     async fn stats(&self, _ctx: &TtrpcContext, req: StatsRequest) -> TtrpcResult<StatsResponse> {
         Ok(resources::stats(&self.0, &req.id).await?)
     }
+}
+
+/// The sandbox API's StartSandbox: the pod sandbox "container" (the agent),
+/// created without task events.
+pub async fn create_sandbox(
+    svc: &Arc<Service>,
+    req: CreateTaskRequest,
+) -> Result<CreateTaskResponse, ShimError> {
+    create::create_with(svc, req, false).await
+}
+
+/// The sandbox API's ShutdownSandbox: the agent torn down, the sandbox's
+/// cgroup given back, the entry gone.
+pub async fn remove_sandbox(svc: &Arc<Service>, id: &str) -> Result<(), ShimError> {
+    if let Some(sb) = svc.take_sandbox() {
+        sb.teardown(sb.grace).await;
+    }
+    let c = svc.containers.lock().await.remove(id);
+    if let Some(cg) = c.as_ref().and_then(|c| c.cgroup.as_ref()) {
+        cg.destroy().await?;
+    }
+    Ok(())
+}
+
+/// A container's cgroup stats as containerd's metrics `Any`.
+pub async fn stats_any(
+    svc: &Arc<Service>,
+    id: &str,
+) -> Result<containerd_shim_protos::protobuf::well_known_types::any::Any, ShimError> {
+    let r = resources::stats(svc, id).await?;
+    r.stats
+        .into_option()
+        .ok_or_else(|| ShimError::Internal(format!("no stats for {id}")))
 }
 
 /// Shim SIGTERM: tear the sandbox down (TERM, grace, KILL) and publish exits.

@@ -3,9 +3,9 @@
 //! `runtimeoptions.v1.Options { type_url = 1, config_path = 2, config_body = 3 }`.
 
 use containerd_shim_protos::protobuf::well_known_types::any::Any;
-use containerd_shim_protos::protobuf::CodedInputStream;
 
 use crate::error::{Result, ShimError};
+use crate::protowire;
 
 /// The config path in the options, if any.
 pub fn config_path(options: Option<&Any>) -> Result<Option<String>> {
@@ -13,23 +13,14 @@ pub fn config_path(options: Option<&Any>) -> Result<Option<String>> {
     if !any.type_url.ends_with("runtimeoptions.v1.Options") {
         return Ok(None);
     }
-    let bad = |e: String| ShimError::InvalidArgument(format!("runtime options are malformed: {e}"));
-    let mut input = CodedInputStream::from_bytes(&any.value);
     let mut path = None;
-    while !input.eof().map_err(|e| bad(e.to_string()))? {
-        let tag = input.read_raw_varint32().map_err(|e| bad(e.to_string()))?;
-        let (field, wire) = (tag >> 3, tag & 7);
-        match (field, wire) {
-            (2, 2) => path = Some(input.read_string().map_err(|e| bad(e.to_string()))?),
-            (_, 2) => {
-                input.read_bytes().map_err(|e| bad(e.to_string()))?;
-            }
-            (_, 0) => {
-                input.read_raw_varint64().map_err(|e| bad(e.to_string()))?;
-            }
-            (f, w) => return Err(bad(format!("field {f} has unexpected wire type {w}"))),
+    protowire::fields("runtime options", &any.value, |n, v| {
+        if n == 2 {
+            path = Some(v.string("runtime options")?);
         }
-    }
+        Ok(())
+    })
+    .map_err(|e| ShimError::InvalidArgument(e.to_string()))?;
     Ok(path.filter(|p| !p.is_empty()))
 }
 

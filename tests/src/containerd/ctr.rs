@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::{Containerd, CTR_BIN};
+use super::Containerd;
 use crate::cmd::{self, CmdOutput, DEFAULT_TIMEOUT};
 use crate::error::{Error, Result};
 
@@ -69,7 +69,7 @@ pub(super) fn strs(v: &[&str]) -> Vec<String> {
 impl Containerd {
     /// `ctr --address <sock> --namespace <ns>` ready for more args.
     pub fn ctr_command(&self, namespace: &str) -> Command {
-        let mut c = Command::new(CTR_BIN);
+        let mut c = Command::new(self.ctr_path());
         c.arg("--address")
             .arg(&self.layout.grpc)
             .arg("--namespace")
@@ -148,6 +148,7 @@ impl Containerd {
     fn feed_when_started(&self, ns: &str, id: &str, data: Vec<u8>) -> cmd::Feeder {
         let mut probe = self.ctr_command(ns);
         probe.args(["task", "ls"]);
+        let ctr = self.ctr_path();
         let (probe_args, id) = (
             probe.get_args().map(|a| a.to_owned()).collect::<Vec<_>>(),
             id.to_owned(),
@@ -156,7 +157,7 @@ impl Containerd {
             use std::io::Write;
             let deadline = Instant::now() + DEFAULT_TIMEOUT;
             while Instant::now() < deadline {
-                let mut c = Command::new(CTR_BIN);
+                let mut c = Command::new(&ctr);
                 c.args(&probe_args);
                 let started = cmd::run(c, None, Duration::from_secs(10))
                     .map(|o| {

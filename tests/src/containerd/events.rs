@@ -70,7 +70,7 @@ impl Containerd {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
-        let mut child = c.spawn().ctx("spawn ctr events", super::CTR_BIN)?;
+        let mut child = c.spawn().ctx("spawn ctr events", self.ctr_path())?;
         let seen = Arc::new(Mutex::new(Vec::new()));
         let stdout = child.stdout.take();
         let sink = seen.clone();

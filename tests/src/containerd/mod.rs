@@ -1,4 +1,5 @@
-//! A private containerd 1.6 per test: its own root, state, sockets, config and PATH.
+//! A private containerd per test: its own root, state, sockets, config and PATH. Which
+//! containerd (Debian's 1.6 or a cached 2.1) is [`line::selected`]'s choice.
 //!
 //! Never touches /run/containerd or the system containerd. Dropping it stops containerd by pid,
 //! ends what it left running (only processes that reference this instance's dir), unmounts
@@ -8,6 +9,7 @@ mod cleanup;
 pub mod config;
 mod ctr;
 pub mod events;
+pub mod line;
 mod pty;
 mod task;
 mod update;
@@ -26,12 +28,13 @@ use crate::rootfs::HARNESS_BASE;
 pub use config::Layout;
 pub use ctr::{RunSpec, ROOTFS_PATH_ENV};
 pub use events::{Event, EventWatch};
+pub use line::ContainerdBins;
 pub use pty::PtyCtr;
 pub use task::TaskInfo;
 
-/// The containerd binary the tests run (Debian's 1.6.20).
+/// Debian 12's containerd (1.6.20): the default line (see [`line`]).
 pub const CONTAINERD_BIN: &str = "/usr/bin/containerd";
-/// The ctr binary.
+/// Debian 12's ctr. Tests use [`Containerd::ctr_path`], which matches the running containerd.
 pub const CTR_BIN: &str = "/usr/bin/ctr";
 /// The CRI namespace.
 pub const K8S_NAMESPACE: &str = "k8s.io";
@@ -65,6 +68,20 @@ pub struct ContainerdOpts {
     pub sandbox_image: Option<String>,
     /// `ConfigPath` in the CRI `rund` runtime options.
     pub rund_config_path: Option<PathBuf>,
+    /// containerd 2.x only: the `rund` runtime's `sandboxer` (default `podsandbox`).
+    pub rund_sandboxer: Option<String>,
+    /// Register the CRI runtime `rund` (default true; `false` leaves it to `rund install`).
+    pub rund_runtime: bool,
+    /// Write this config version instead of the line's own (2 on containerd 2.x: the shape of
+    /// Debian's config.toml, which 2.x migrates).
+    pub config_version: Option<u32>,
+    /// Start containerd from this config file as it is (e.g. one `rund install` edited)
+    /// instead of rendering one. It must use this instance's [`Layout`].
+    pub config_file: Option<PathBuf>,
+    /// containerd's binaries; default [`line::selected`].
+    pub containerd: Option<ContainerdBins>,
+    /// More executables to put on containerd's PATH (linked by file name).
+    pub path_links: Vec<PathBuf>,
     /// Appended verbatim to config.toml.
     pub extra_config: String,
     /// How long to wait for the socket to answer.
@@ -80,6 +97,12 @@ impl Default for ContainerdOpts {
             debug: true,
             sandbox_image: None,
             rund_config_path: None,
+            rund_sandboxer: None,
+            rund_runtime: true,
+            config_version: None,
+            config_file: None,
+            containerd: None,
+            path_links: Vec::new(),
             extra_config: String::new(),
             start_timeout: Duration::from_secs(30),
         }
@@ -120,6 +143,8 @@ pub struct Containerd {
     pub log: PathBuf,
     /// rund's binaries, when they were found and linked.
     pub rund: Option<RundBins>,
+    /// The containerd this instance runs.
+    pub bins: ContainerdBins,
     pub opts: ContainerdOpts,
     child: Option<Child>,
 }
@@ -127,13 +152,15 @@ pub struct Containerd {
 impl Containerd {
     /// Start containerd and wait until `ctr version` answers.
     pub fn start(opts: ContainerdOpts) -> Result<Containerd> {
-        for b in [CONTAINERD_BIN, CTR_BIN] {
-            if !bins::is_executable(Path::new(b)) {
-                return Err(Error::ToolMissing(format!(
-                    "{b} (Debian package containerd)"
-                )));
-            }
-        }
+        let ctrd = match &opts.containerd {
+            Some(b) => b.clone(),
+            None => line::selected()?,
+        };
+        Self::start_in(Self::new_dir()?, opts, ctrd)
+    }
+
+    /// A fresh instance dir under the harness base, for [`Containerd::start_in`].
+    pub fn new_dir() -> Result<PathBuf> {
         std::fs::create_dir_all(HARNESS_BASE).ctx("create harness base", HARNESS_BASE)?;
         let dir = tempfile::Builder::new()
             .prefix("c")
@@ -141,6 +168,15 @@ impl Containerd {
             .tempdir_in(HARNESS_BASE)
             .ctx("create instance dir", HARNESS_BASE)?
             .keep();
+        Ok(dir)
+    }
+
+    /// Start in `dir` (from [`Containerd::new_dir`]), which the instance then owns and removes.
+    pub fn start_in(
+        dir: PathBuf,
+        opts: ContainerdOpts,
+        ctrd: ContainerdBins,
+    ) -> Result<Containerd> {
         let suffix = dir
             .file_name()
             .map(|n| n.to_string_lossy().trim_start_matches('c').to_lowercase())
@@ -158,6 +194,7 @@ impl Containerd {
             log: dir.join("containerd.log"),
             dir,
             rund,
+            bins: ctrd,
             opts,
             child: None,
         };
@@ -194,15 +231,26 @@ impl Containerd {
 
     fn spawn(&mut self) -> Result<()> {
         bins::populate_path_dir(&self.path_dir, self.rund.as_ref(), self.opts.with_runc)?;
-        for d in [&self.layout.root, &self.layout.state, &self.layout.cni_conf] {
-            std::fs::create_dir_all(d).ctx("create containerd dir", d)?;
+        for target in &self.opts.path_links {
+            let link = self.path_dir.join(target.file_name().unwrap_or_default());
+            std::os::unix::fs::symlink(target, &link).ctx("symlink into PATH dir", link)?;
         }
-        let cfg_path = self.dir.join("config.toml");
-        let cfg = config::render(&self.layout, &self.opts);
-        std::fs::write(&cfg_path, cfg).ctx("write config.toml", &cfg_path)?;
+        self.layout
+            .create()
+            .ctx("create containerd dirs", &self.dir)?;
+        let cfg_path = match &self.opts.config_file {
+            Some(p) => p.clone(),
+            None => {
+                let p = self.dir.join("config.toml");
+                let cfg = config::render(&self.layout, &self.opts, &self.bins);
+                std::fs::write(&p, cfg).ctx("write config.toml", &p)?;
+                p
+            }
+        };
         let log = std::fs::File::create(&self.log).ctx("create log", &self.log)?;
         let log2 = log.try_clone().ctx("dup log", &self.log)?;
-        let mut cmd = Command::new(CONTAINERD_BIN);
+        let containerd = self.bins.containerd();
+        let mut cmd = Command::new(&containerd);
         cmd.arg("--config")
             .arg(&cfg_path)
             .env_clear()
@@ -218,7 +266,7 @@ impl Containerd {
                 cmd.env(&k, &v);
             }
         }
-        self.child = Some(cmd.spawn().ctx("spawn containerd", CONTAINERD_BIN)?);
+        self.child = Some(cmd.spawn().ctx("spawn containerd", containerd)?);
         Ok(())
     }
 
@@ -230,7 +278,7 @@ impl Containerd {
                     return Err(self.not_ready(format!("containerd exited: {st}")));
                 }
             }
-            let mut c = Command::new(CTR_BIN);
+            let mut c = Command::new(self.ctr_path());
             c.arg("--address").arg(&self.layout.grpc).arg("version");
             if let Ok(out) = cmd::run(c, None, Duration::from_secs(5)) {
                 if out.success() && out.stdout.contains("Server:") {
@@ -250,6 +298,34 @@ impl Containerd {
             secs: self.opts.start_timeout.as_secs(),
             log: format!("{why}\n{}", self.log_tail(40)),
         }
+    }
+
+    /// The ctr that belongs to the running containerd.
+    pub fn ctr_path(&self) -> PathBuf {
+        self.bins.ctr()
+    }
+
+    /// containerd 2.x (config version 3, task API v3 available).
+    pub fn is_v2(&self) -> bool {
+        self.bins.is_v2()
+    }
+
+    /// The bundle containerd made for task `id` in namespace `ns` (the same path on 1.6 and
+    /// 2.x).
+    pub fn task_bundle(&self, ns: &str, id: &str) -> PathBuf {
+        self.layout
+            .state
+            .join("io.containerd.runtime.v2.task")
+            .join(ns)
+            .join(id)
+    }
+
+    /// Stop containerd and start it again from the same config (shims keep running).
+    pub fn restart(&mut self) -> Result<()> {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.path_dir);
+        self.spawn()?;
+        self.wait_ready()
     }
 
     /// containerd's pid.

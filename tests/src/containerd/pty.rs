@@ -73,7 +73,7 @@ impl Containerd {
             });
         }
         let printable = format!("{c:?}");
-        let child = c.spawn().ctx("spawn ctr on a pty", super::CTR_BIN)?;
+        let child = c.spawn().ctx("spawn ctr on a pty", self.ctr_path())?;
         // Only ctr may hold the slave: the reader sees EIO once ctr (and its children) exit.
         drop(c);
         drop(slave);

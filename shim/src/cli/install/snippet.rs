@@ -1,0 +1,126 @@
+//! The containerd config that registers rund as a CRI runtime handler, for both config
+//! versions. `rund install` writes it and `deploy/containerd-rund*.toml` are its output for the
+//! default paths (a test keeps them equal).
+
+use std::path::{Path, PathBuf};
+
+/// The CRI runtime handler name (RuntimeClass `handler: rund`).
+pub const RUNTIME: &str = "rund";
+pub const RUNTIME_TYPE: &str = "io.containerd.rund.v2";
+pub const SHIM_BIN: &str = "containerd-shim-rund-v2";
+/// Pod annotations CRI passes to rund: only those that cannot widen a pod's privileges.
+/// Devices, memlock and userns binds are privileged requests and never come from a pod.
+pub const POD_ANNOTATIONS: &[&str] = &[
+    "rund.io/init",
+    "rund.io/grace-period-seconds",
+    "rund.io/userns",
+];
+/// Container annotations CRI passes: CDI device names, which the kubelet sets from a device
+/// plugin's allocation (a pod cannot set container annotations itself).
+pub const CONTAINER_ANNOTATIONS: &[&str] = &["cdi.k8s.io/*"];
+
+/// containerd 1.x's CRI plugin; in 2.x still read (and migrated) from version 2 configs.
+pub const CRI_V2: &str = "io.containerd.grpc.v1.cri";
+/// containerd 2.x's CRI runtime plugin (config version 3).
+pub const CRI_V3: &str = "io.containerd.cri.v1.runtime";
+
+/// The paths the registration names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paths {
+    /// `runtime_path`: the installed shim, so containerd needs no PATH change.
+    pub shim: PathBuf,
+    /// `options.ConfigPath`: rund's config.
+    pub rund_config: PathBuf,
+}
+
+impl Paths {
+    pub fn new(prefix: &Path, rund_config: &Path) -> Paths {
+        Paths {
+            shim: prefix.join("bin").join(SHIM_BIN),
+            rund_config: rund_config.to_path_buf(),
+        }
+    }
+}
+
+impl Default for Paths {
+    fn default() -> Paths {
+        Paths::new(
+            Path::new("/usr/local"),
+            Path::new(crate::config::DEFAULT_PATH),
+        )
+    }
+}
+
+/// A TOML basic string.
+fn q(s: &str) -> String {
+    toml::Value::String(s.to_owned()).to_string()
+}
+
+fn list(items: &[&str]) -> String {
+    let v: Vec<String> = items.iter().map(|s| q(s)).collect();
+    format!("[{}]", v.join(", "))
+}
+
+fn runtime_body(p: &Paths, table: &str, sandboxer: bool) -> String {
+    let mut s = format!(
+        "[{table}]\n  runtime_type = {rt}\n  runtime_path = {path}\n",
+        rt = q(RUNTIME_TYPE),
+        path = q(&p.shim.display().to_string()),
+    );
+    if sandboxer {
+        s.push_str("  sandboxer = \"podsandbox\"\n");
+    }
+    s.push_str(&format!(
+        "  # Only annotations that cannot widen a pod's privileges: devices, memlock and\n  \
+         # userns binds are never taken from a pod.\n  pod_annotations = {pod}\n  \
+         # CDI device names, set by the kubelet from a device plugin's allocation.\n  \
+         container_annotations = {ctr}\n\n[{table}.options]\n  ConfigPath = {cfg}\n",
+        pod = list(POD_ANNOTATIONS),
+        ctr = list(CONTAINER_ANNOTATIONS),
+        cfg = q(&p.rund_config.display().to_string()),
+    ));
+    s
+}
+
+/// The runtime tables in config version 2 (no `version` line): what `rund install` appends to
+/// a containerd 1.x config.
+pub fn v2_tables(p: &Paths) -> String {
+    let table = format!("plugins.{}.containerd.runtimes.{RUNTIME}", q(CRI_V2));
+    runtime_body(p, &table, false)
+}
+
+/// A complete version 2 file. containerd 1.6/1.7 replace a whole plugin section with an
+/// imported file's, so on 1.x these tables belong in config.toml itself; on 2.x it is the
+/// drop-in for a version 2 config.toml (Debian's default).
+pub fn v2_file(p: &Paths) -> String {
+    format!(
+        "# rund as CRI runtime handler `rund`, containerd config version 2.\n\
+         # containerd 1.6/1.7: merge into /etc/containerd/config.toml (an imported file would\n\
+         # replace the whole CRI section). containerd 2.x with a version 2 config.toml: a\n\
+         # drop-in under its `imports`. `rund install` does either, with a backup.\n\
+         version = 2\n\n{}",
+        v2_tables(p)
+    )
+}
+
+/// The containerd 2.x drop-in for a version 3 config.toml (`/etc/containerd/conf.d/rund.toml`).
+/// containerd merges imports before it migrates, so a drop-in must use config.toml's version.
+pub fn v3_file(p: &Paths) -> String {
+    let table = format!("plugins.{}.containerd.runtimes.{RUNTIME}", q(CRI_V3));
+    format!(
+        "# rund as CRI runtime handler `rund`, containerd 2.x config version 3: a drop-in under\n\
+         # config.toml's `imports` (default /etc/containerd/conf.d/*.toml). Use\n\
+         # containerd-rund.toml instead when config.toml says `version = 2`.\n\
+         version = 3\n\n{}",
+        runtime_body(p, &table, true)
+    )
+}
+
+/// The drop-in for a config.toml of `version` (2 or 3).
+pub fn drop_in(p: &Paths, version: i64) -> String {
+    if version >= 3 {
+        v3_file(p)
+    } else {
+        v2_file(p)
+    }
+}

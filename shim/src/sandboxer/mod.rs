@@ -1,0 +1,256 @@
+//! containerd 2.x's sandbox API (`containerd.runtime.sandbox.v1.Sandbox`,
+//! used with a runtime's `sandboxer = "shim"`). rund's agent already is the
+//! pod's sandbox, so a pod on containerd 2.x needs no pause container and no
+//! pause image: CreateSandbox turns the CRI pod config into the sandbox spec
+//! containerd would have given a pause container, StartSandbox starts the
+//! agent through the same Create pipeline, and containers then join the pod
+//! through the task API as usual.
+
+mod podconfig;
+mod spec;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use containerd_shim_protos::api::CreateTaskRequest;
+use containerd_shim_protos::sandbox_api::*;
+use containerd_shim_protos::sandbox_async::Sandbox as SandboxService;
+use containerd_shim_protos::ttrpc::r#async::TtrpcContext;
+use containerd_shim_protos::ttrpc::{self, Result as TtrpcResult};
+use containerd_shim_protos::types::platform::Platform;
+
+use crate::error::ShimError;
+use crate::task::events::{now_ns, timestamp_ns};
+use crate::task::Service;
+
+/// What CreateSandbox prepared and StartSandbox started.
+#[derive(Default)]
+struct Pod {
+    id: String,
+    bundle: PathBuf,
+    created_ns: i64,
+}
+
+pub struct SandboxHandler {
+    svc: Arc<Service>,
+    pod: Mutex<Option<Pod>>,
+}
+
+impl SandboxHandler {
+    pub fn new(svc: Arc<Service>) -> Self {
+        SandboxHandler {
+            svc,
+            pod: Mutex::new(None),
+        }
+    }
+
+    fn pod_id(&self, id: &str) -> Result<(String, PathBuf, i64), ShimError> {
+        let g = self.pod.lock().unwrap_or_else(|e| e.into_inner());
+        match g.as_ref() {
+            Some(p) if p.id == id => Ok((p.id.clone(), p.bundle.clone(), p.created_ns)),
+            _ => Err(ShimError::NotFound(format!(
+                "sandbox {id} is not in this shim"
+            ))),
+        }
+    }
+
+    fn sandbox(&self, id: &str) -> Result<Arc<crate::sandbox::Sandbox>, ShimError> {
+        self.pod_id(id)?;
+        self.svc
+            .sandbox()
+            .ok_or_else(|| ShimError::FailedPrecondition(format!("sandbox {id} is not running")))
+    }
+}
+
+const POD_CONFIG: &str = "runtime.v1.PodSandboxConfig";
+
+#[async_trait]
+impl SandboxService for SandboxHandler {
+    async fn create_sandbox(
+        &self,
+        _ctx: &TtrpcContext,
+        req: CreateSandboxRequest,
+    ) -> TtrpcResult<CreateSandboxResponse> {
+        let id = req.sandbox_id.clone();
+        let cfg = match req.options.as_ref() {
+            Some(a) if a.type_url.ends_with(POD_CONFIG) => podconfig::decode(&a.value)
+                .map_err(|e| ShimError::InvalidArgument(e.to_string()))?,
+            Some(a) if !a.type_url.is_empty() => {
+                return Err(ShimError::InvalidArgument(format!(
+                    "CreateSandbox options of type {} (rund reads {POD_CONFIG})",
+                    a.type_url
+                ))
+                .into())
+            }
+            _ => Default::default(),
+        };
+        let spec = spec::build(&cfg, &id, &req.netns_path)
+            .map_err(|e| ShimError::InvalidArgument(format!("sandbox spec: {e}")))?;
+        let bundle = PathBuf::from(&req.bundle_path);
+        let text =
+            serde_json::to_vec_pretty(&spec).map_err(|e| ShimError::Internal(e.to_string()))?;
+        std::fs::write(bundle.join("config.json"), text).map_err(|e| {
+            ShimError::Internal(format!("write {}/config.json: {e}", bundle.display()))
+        })?;
+        let mut g = self.pod.lock().unwrap_or_else(|e| e.into_inner());
+        if g.is_some() {
+            return Err(
+                ShimError::AlreadyExists(format!("this shim already has sandbox {id}")).into(),
+            );
+        }
+        *g = Some(Pod {
+            id,
+            bundle,
+            created_ns: now_ns(),
+        });
+        Ok(CreateSandboxResponse::default())
+    }
+
+    async fn start_sandbox(
+        &self,
+        _ctx: &TtrpcContext,
+        req: StartSandboxRequest,
+    ) -> TtrpcResult<StartSandboxResponse> {
+        let (id, bundle, created) = self.pod_id(&req.sandbox_id)?;
+        let create = CreateTaskRequest {
+            id: id.clone(),
+            bundle: bundle.display().to_string(),
+            ..Default::default()
+        };
+        // The pod sandbox "container": the agent itself, no task events
+        // (containerd publishes the sandbox's own).
+        let resp = crate::task::create_sandbox(&self.svc, create).await?;
+        Ok(StartSandboxResponse {
+            pid: resp.pid,
+            created_at: Some(timestamp_ns(created)).into(),
+            ..Default::default()
+        })
+    }
+
+    async fn platform(
+        &self,
+        _ctx: &TtrpcContext,
+        _req: PlatformRequest,
+    ) -> TtrpcResult<PlatformResponse> {
+        let arch = match std::env::consts::ARCH {
+            "x86_64" => "amd64",
+            "aarch64" => "arm64",
+            other => other,
+        };
+        Ok(PlatformResponse {
+            platform: Some(Platform {
+                os: "linux".into(),
+                architecture: arch.into(),
+                ..Default::default()
+            })
+            .into(),
+            ..Default::default()
+        })
+    }
+
+    async fn stop_sandbox(
+        &self,
+        _ctx: &TtrpcContext,
+        req: StopSandboxRequest,
+    ) -> TtrpcResult<StopSandboxResponse> {
+        self.pod_id(&req.sandbox_id)?;
+        if let Some(sb) = self.svc.sandbox() {
+            // CRI stops the containers first; what is left gets TERM, the
+            // timeout, then KILL.
+            let grace = Duration::from_secs(req.timeout_secs.into());
+            sb.teardown(if req.timeout_secs == 0 {
+                sb.grace
+            } else {
+                grace
+            })
+            .await;
+        }
+        Ok(StopSandboxResponse::default())
+    }
+
+    async fn wait_sandbox(
+        &self,
+        _ctx: &TtrpcContext,
+        req: WaitSandboxRequest,
+    ) -> TtrpcResult<WaitSandboxResponse> {
+        let sb = self.sandbox(&req.sandbox_id)?;
+        let (status, at) = sb.wait_exit().await;
+        Ok(WaitSandboxResponse {
+            exit_status: status,
+            exited_at: Some(timestamp_ns(at)).into(),
+            ..Default::default()
+        })
+    }
+
+    async fn sandbox_status(
+        &self,
+        _ctx: &TtrpcContext,
+        req: SandboxStatusRequest,
+    ) -> TtrpcResult<SandboxStatusResponse> {
+        let (id, _, created) = self.pod_id(&req.sandbox_id)?;
+        let sb = self.svc.sandbox();
+        let exited = sb.as_ref().and_then(|s| s.exited());
+        let state = match (&sb, exited) {
+            (Some(_), None) => "SANDBOX_READY",
+            _ => "SANDBOX_NOTREADY",
+        };
+        Ok(SandboxStatusResponse {
+            sandbox_id: id,
+            pid: sb.as_ref().map(|s| s.pid() as u32).unwrap_or(0),
+            state: state.into(),
+            created_at: Some(timestamp_ns(created)).into(),
+            exited_at: exited.map(|(_, at)| timestamp_ns(at)).into(),
+            ..Default::default()
+        })
+    }
+
+    async fn ping_sandbox(
+        &self,
+        _ctx: &TtrpcContext,
+        req: PingRequest,
+    ) -> TtrpcResult<PingResponse> {
+        let sb = self.sandbox(&req.sandbox_id)?;
+        if sb.exited().is_some() {
+            return Err(ShimError::FailedPrecondition(format!(
+                "sandbox {} has exited",
+                req.sandbox_id
+            ))
+            .into());
+        }
+        Ok(PingResponse::default())
+    }
+
+    async fn shutdown_sandbox(
+        &self,
+        _ctx: &TtrpcContext,
+        req: ShutdownSandboxRequest,
+    ) -> TtrpcResult<ShutdownSandboxResponse> {
+        let (id, _, _) = self.pod_id(&req.sandbox_id)?;
+        crate::task::remove_sandbox(&self.svc, &id).await?;
+        self.pod.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.svc.exit.signal();
+        Ok(ShutdownSandboxResponse::default())
+    }
+
+    async fn sandbox_metrics(
+        &self,
+        _ctx: &TtrpcContext,
+        req: SandboxMetricsRequest,
+    ) -> TtrpcResult<SandboxMetricsResponse> {
+        let (id, _, _) = self.pod_id(&req.sandbox_id)?;
+        let stats = crate::task::stats_any(&self.svc, &id).await?;
+        let mut resp = SandboxMetricsResponse::default();
+        let m = resp.metrics.mut_or_insert_default();
+        m.timestamp = Some(timestamp_ns(now_ns())).into();
+        m.id = id;
+        m.data = Some(stats).into();
+        Ok(resp)
+    }
+}
+
+/// The service map to register next to the task service.
+pub fn service(svc: Arc<Service>) -> std::collections::HashMap<String, ttrpc::r#async::Service> {
+    containerd_shim_protos::sandbox_async::create_sandbox(Arc::new(SandboxHandler::new(svc)))
+}

@@ -1,0 +1,180 @@
+//! `rund install` against a real containerd of the selected line: install into a temp prefix
+//! and a temp containerd config (as the user would have it), start containerd from that config,
+//! run a rund pod through CRI, then `rund uninstall` restores the config byte for byte and
+//! containerd no longer knows the handler.
+//!
+//! rund's binaries are NOT on this containerd's PATH: it finds the shim only through the
+//! `runtime_path` install wrote, and the shim its agent next to itself.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use rund_tests::containerd::config::{self, Layout};
+use rund_tests::containerd::line;
+use rund_tests::{
+    assert_no_leaks_within, rund_bins_or_skip, ContainerSpec, Containerd, ContainerdOpts,
+    LeakSnapshot, PodSpec, BUSYBOX_IMAGE, K8S_NAMESPACE,
+};
+
+const GRACE: Duration = Duration::from_secs(15);
+
+struct Paths {
+    prefix: PathBuf,
+    config: PathBuf,
+    rund_config: PathBuf,
+    manifest: PathBuf,
+}
+
+fn paths(dir: &Path) -> Paths {
+    Paths {
+        prefix: dir.join("prefix"),
+        config: dir.join("etc/containerd/config.toml"),
+        rund_config: dir.join("etc/rund/config.toml"),
+        manifest: dir.join("var/lib/rund/install-manifest.json"),
+    }
+}
+
+fn rund(bin_dir: &Path, args: &[&str]) -> (i32, String) {
+    let out = Command::new(bin_dir.join("rund"))
+        .args(args)
+        .output()
+        .expect("run rund");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+fn install_and_run_a_pod(test: &str, config_version: Option<u32>) {
+    let Some(bins) = rund_bins_or_skip(test) else {
+        return;
+    };
+    let ctrd = line::selected().unwrap();
+    let dir = Containerd::new_dir().unwrap();
+    let p = paths(&dir);
+    // The user's config: this instance's private paths and CRI, no rund.
+    let mut opts = ContainerdOpts::new().cri();
+    opts.with_rund = false;
+    opts.rund_runtime = false;
+    opts.config_version = config_version;
+    let user_cfg = config::render(&Layout::new(&dir), &opts, &ctrd);
+    std::fs::create_dir_all(p.config.parent().unwrap()).unwrap();
+    std::fs::write(&p.config, &user_cfg).unwrap();
+
+    let s = |p: &Path| p.display().to_string();
+    let (code, out) = rund(
+        &bins.dir,
+        &[
+            "install",
+            "--prefix",
+            &s(&p.prefix),
+            "--containerd-config",
+            &s(&p.config),
+            "--rund-config",
+            &s(&p.rund_config),
+            "--manifest",
+            &s(&p.manifest),
+            "--containerd-bin",
+            &s(&ctrd.containerd()),
+            "--from",
+            &s(&bins.dir),
+        ],
+    );
+    eprintln!("---- rund install ----\n{out}");
+    assert_eq!(code, 0, "{out}");
+    let expect_line = if ctrd.is_v2() {
+        "containerd 2.x"
+    } else {
+        "containerd 1.x"
+    };
+    assert!(out.contains(expect_line), "{out}");
+    assert!(
+        out.contains("containerd restart: needed, not done"),
+        "{out}"
+    );
+    assert!(p.prefix.join("bin/containerd-shim-rund-v2").exists());
+    assert!(p.rund_config.exists());
+
+    opts.config_file = Some(p.config.clone());
+    if !ctrd.is_v2() {
+        // Debian's containerd 1.6.20 drops `runtime_path` on the way to the task service
+        // (fixed in 1.6.21), so it finds the shim on its PATH only, as containerd.service
+        // finds /usr/local/bin on a node.
+        opts.path_links = vec![p.prefix.join("bin/containerd-shim-rund-v2")];
+    }
+    let mut ctd = Containerd::start_in(dir.clone(), opts, ctrd.clone()).unwrap();
+    let cri = ctd.cri_client().expect("CRI client");
+    let before = LeakSnapshot::take(&ctd);
+    let mut pod = PodSpec::new("installed", &ctd.cgroup_parent);
+    // One forwarded pod annotation and one that must not be (a privileged request).
+    pod.annotations
+        .insert("rund.io/grace-period-seconds".into(), "3".into());
+    pod.annotations
+        .insert("rund.io/memlock".into(), "unlimited".into());
+    let pod_id = cri.run_pod_sandbox(&pod, "rund").expect("RunPodSandbox");
+    let app = ContainerSpec::new("app", BUSYBOX_IMAGE, &["sleep", "1000"]);
+    let id = cri.create_and_start(&pod_id, &app, &pod).expect("app");
+    let r = cri
+        .exec_sync(&id, &["echo", "installed"], 10)
+        .expect("ExecSync");
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "installed\n", "{r:?}");
+    // The shim containerd runs is the installed one.
+    let shim = p.prefix.join("bin/containerd-shim-rund-v2");
+    let procs = rund_tests::leaks::owned_processes(&ctd.watch_prefixes(), &[], ctd.pid());
+    assert!(
+        procs.iter().any(|pr| pr.cmdline.starts_with(&s(&shim))),
+        "{procs:?}"
+    );
+    let spec: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(ctd.task_bundle(K8S_NAMESPACE, &pod_id).join("config.json")).unwrap(),
+    )
+    .unwrap();
+    let ann = &spec["annotations"];
+    assert_eq!(ann["rund.io/grace-period-seconds"], "3", "{ann}");
+    assert!(ann.get("rund.io/memlock").is_none(), "{ann}");
+    cri.remove_pod(&pod_id);
+    assert_no_leaks_within(&ctd, &before, GRACE);
+
+    ctd.stop();
+    let (code, out) = rund(
+        &bins.dir,
+        &[
+            "uninstall",
+            "--manifest",
+            &s(&p.manifest),
+            "--containerd-config",
+            &s(&p.config),
+        ],
+    );
+    eprintln!("---- rund uninstall ----\n{out}");
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(std::fs::read_to_string(&p.config).unwrap(), user_cfg);
+    assert!(!p.prefix.join("bin/containerd-shim-rund-v2").exists());
+    assert!(!p.rund_config.exists());
+    assert!(!p.manifest.exists());
+    ctd.restart().unwrap();
+    let cri = ctd.cri_client().expect("CRI client");
+    let e = cri
+        .run_pod_sandbox(&PodSpec::new("gone", &ctd.cgroup_parent), "rund")
+        .expect_err("the rund handler is gone");
+    assert!(format!("{e}").contains("rund"), "{e}");
+}
+
+#[test]
+fn install_registers_rund_with_this_containerd() {
+    install_and_run_a_pod("install_registers_rund_with_this_containerd", None);
+}
+
+/// containerd 2.x reading a version 2 config.toml, as Debian ships it: the drop-in must be
+/// version 2 too, or containerd would drop config.toml's CRI settings.
+#[test]
+fn install_on_2x_with_a_version_2_config() {
+    if !line::selected().is_ok_and(|b| b.is_v2()) {
+        eprintln!("SKIP install_on_2x_with_a_version_2_config: containerd 2.x only");
+        return;
+    }
+    install_and_run_a_pod("install_on_2x_with_a_version_2_config", Some(2));
+}
