@@ -189,3 +189,33 @@ pub(crate) fn rmdir_if_present(fs: &dyn CgroupFs, d: &Path) -> Result<bool> {
         }
     }
 }
+
+/// Ask the kernel to reclaim a cgroup's memory before it is removed, so
+/// its page cache does not keep a dying memory cgroup alive: v2
+/// `memory.reclaim` (kernel >= 5.19), v1 `memory.force_empty`. Best effort:
+/// the kernel answers EAGAIN when it could not reclaim everything.
+pub(crate) fn reclaim(fs: &dyn CgroupFs, dirs: &Dirs) {
+    let r = match dirs {
+        Dirs::V1(_) => match dirs.v1("memory") {
+            Some(d) => ctl::write_if_exists(fs, d, "memory.force_empty", "0").map(drop),
+            None => Ok(()),
+        },
+        Dirs::V2(d) => match ctl::read_u64_opt(fs, d, "memory.current") {
+            Ok(Some(cur)) if cur > 0 => {
+                ctl::write_if_exists(fs, d, "memory.reclaim", &cur.to_string()).map(drop)
+            }
+            _ => Ok(()),
+        },
+    };
+    if let Err(e) = r {
+        tracing::debug!(%e, "memory reclaim before rmdir");
+    }
+}
+
+/// [`remove`], reclaiming memory first when asked.
+pub(crate) fn remove_reclaiming(fs: &dyn CgroupFs, dirs: &Dirs, reclaim_first: bool) -> Result<()> {
+    if reclaim_first {
+        reclaim(fs, dirs);
+    }
+    remove(fs, dirs)
+}
