@@ -68,12 +68,16 @@ impl FakeFs {
         }
     }
 
-    /// A fake v1 hierarchy: rename allowed, only cgroup.procs and tasks.
+    /// A fake v1 hierarchy: rename allowed, cgroup.procs, tasks and the
+    /// devices files (a hierarchy named `devices` then works).
     pub fn v1() -> Self {
         FakeFs {
             files: vec![
                 ("cgroup.procs".into(), String::new()),
                 ("tasks".into(), String::new()),
+                ("devices.allow".into(), String::new()),
+                ("devices.deny".into(), String::new()),
+                ("devices.list".into(), "a *:* rwm\n".into()),
             ],
             allow_rename: true,
         }
