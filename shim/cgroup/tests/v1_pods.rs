@@ -432,3 +432,38 @@ fn rdma_limits_need_the_rdma_hierarchy_on_v1() {
     }
     assert!(!t.roots[0].join("default/rd").exists());
 }
+
+#[test]
+fn gc_empties_pod_cgroups_an_older_rund_batch_filled() {
+    let Some(t) = TestTree::v1() else { return };
+    let cg = t.cgroups(t.config());
+    make_pod(&t.roots, "kubepods/podOld");
+    assert_eq!(cg.pool_warm("/kubepods/podOld", 5).unwrap(), 5);
+    // What an older rund left: the same slots and a state dir whose meta
+    // does not say "warmed".
+    let st = std::fs::read_dir(t.state.path())
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::write(st.join("meta.json"), r#"{"rel":"kubepods/podOld"}"#).unwrap();
+    // Slots under a parent this state dir does not know are not touched.
+    make_pod(&t.roots, "other");
+    for r in &t.roots {
+        std::fs::create_dir(r.join("other/.rund-pool-foreign")).unwrap();
+    }
+    let rep = cg.pool_gc(false).unwrap();
+    assert_eq!(
+        (rep.removed, rep.states_removed),
+        (5 * t.roots.len(), 1),
+        "{rep:?}"
+    );
+    assert!(slots_in(&t.roots[0].join("kubepods/podOld")).is_empty());
+    assert_eq!(std::fs::read_dir(t.state.path()).unwrap().count(), 0);
+    remove_pod(&t.roots, "kubepods/podOld");
+    assert_eq!(slots_in(&t.roots[0].join("other")).len(), 1);
+    for r in &t.roots {
+        std::fs::remove_dir(r.join("other/.rund-pool-foreign")).unwrap();
+    }
+}

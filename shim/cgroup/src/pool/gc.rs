@@ -1,11 +1,13 @@
 //! gc beyond the long-lived parents: walk the tree for what dead shims left
-//! (kept cgroups, see keep.rs) and for slots in parents that are not
-//! long-lived (an older rund batch-filled every pod's cgroup, and on v2 ran
-//! containers in slots).
+//! (kept cgroups, see keep.rs: the marker's pid says whose), and empty the
+//! parents whose state dir says they were pooled but are no longer
+//! long-lived (an older rund batch-filled every pod's cgroup and kept a
+//! state dir per pod; on v2 it ran containers in slots). Slots of parents
+//! this state dir does not know are left alone: another rund (another
+//! state dir) may own them.
 
 use super::keep::{drain_one, parse_kept, pid_alive};
 use super::{is_slot, unique_suffix, Pool};
-use crate::error::Result;
 use crate::fs::CgroupFs;
 use crate::hierarchy::{Hierarchy, V1Hierarchy};
 use crate::path::RESERVED_PREFIX;
@@ -35,43 +37,24 @@ fn walk(
     out.push((rel, children));
 }
 
-pub(super) fn sweep(pool: &Pool) -> Result<usize> {
-    match &pool.hier {
-        Hierarchy::V1 { hierarchies, .. } => Ok(sweep_v1(pool, hierarchies)),
-        Hierarchy::V2 { root } => Ok(sweep_v2(pool.fs.as_ref(), root)),
-    }
-}
-
-fn sweep_v1(pool: &Pool, hs: &[V1Hierarchy]) -> usize {
+/// Drain the kept cgroups of dead shims anywhere in the tree (v1).
+pub(super) fn sweep_kept(pool: &Pool) -> usize {
+    let Hierarchy::V1 {
+        hierarchies: hs, ..
+    } = &pool.hier
+    else {
+        return 0;
+    };
     let fs = pool.fs.as_ref();
     let Some(leader) = hs.first() else { return 0 };
     let mut all = Vec::new();
     walk(fs, &leader.mount, PathBuf::new(), 0, &mut all);
     let mut n = 0;
     for (rel, children) in all {
-        if !children.iter().any(|c| c.starts_with(RESERVED_PREFIX))
-            && !followers_have_slots(fs, hs, &rel)
-        {
-            continue;
-        }
-        // Long-lived parents are the shared pool's, cleaned under its lock.
-        if pool.is_long_lived(&rel) {
-            continue;
-        }
         for c in &children {
             if let Some((pid, name)) = parse_kept(c) {
                 if !pid_alive(pid) {
                     n += drain_one(fs, &pool.hier, &rel, c, name);
-                }
-            } else if is_slot(c) {
-                n += drain_slot(fs, hs, &rel, c);
-            }
-        }
-        // Follower-only slots (a refill that died half-way).
-        for h in &hs[1..] {
-            for c in fs.subdirs(&h.mount.join(&rel)).unwrap_or_default() {
-                if is_slot(&c) && !children.contains(&c) {
-                    n += usize::from(rmdir_idle(fs, &h.mount.join(&rel).join(&c)));
                 }
             }
         }
@@ -79,13 +62,37 @@ fn sweep_v1(pool: &Pool, hs: &[V1Hierarchy]) -> usize {
     n
 }
 
-fn followers_have_slots(fs: &dyn CgroupFs, hs: &[V1Hierarchy], rel: &Path) -> bool {
-    hs[1..].iter().any(|h| {
-        fs.subdirs(&h.mount.join(rel))
+/// Remove the free slots of a parent that is no longer pooled.
+pub(super) fn drain_parent(pool: &Pool, rel: &Path) -> usize {
+    let fs = pool.fs.as_ref();
+    match &pool.hier {
+        Hierarchy::V1 {
+            hierarchies: hs, ..
+        } => {
+            let Some(leader) = hs.first() else { return 0 };
+            let children = fs.subdirs(&leader.mount.join(rel)).unwrap_or_default();
+            let mut n = 0;
+            for c in children.iter().filter(|c| is_slot(c)) {
+                n += drain_slot(fs, hs, rel, c);
+            }
+            // Follower-only slots (a refill that died half-way).
+            for h in &hs[1..] {
+                for c in fs.subdirs(&h.mount.join(rel)).unwrap_or_default() {
+                    if is_slot(&c) && !children.contains(&c) {
+                        n += usize::from(rmdir_idle(fs, &h.mount.join(rel).join(&c)));
+                    }
+                }
+            }
+            n
+        }
+        Hierarchy::V2 { root } => fs
+            .subdirs(&root.join(rel))
             .unwrap_or_default()
             .iter()
-            .any(|c| is_slot(c))
-    })
+            .filter(|c| c.starts_with(RESERVED_PREFIX))
+            .map(|c| usize::from(rmdir_idle(fs, &root.join(rel).join(c))))
+            .sum(),
+    }
 }
 
 /// Take a free slot with a leader rename (so nobody claims it meanwhile),
@@ -112,17 +119,4 @@ fn rmdir_idle(fs: &dyn CgroupFs, d: &Path) -> bool {
         return false;
     }
     matches!(tree::rmdir_if_present(fs, d), Ok(true))
-}
-
-/// v2 has no pool: remove idle slots an older rund left anywhere.
-fn sweep_v2(fs: &dyn CgroupFs, root: &Path) -> usize {
-    let mut all = Vec::new();
-    walk(fs, root, PathBuf::new(), 0, &mut all);
-    let mut n = 0;
-    for (rel, children) in all {
-        for c in children.iter().filter(|c| c.starts_with(RESERVED_PREFIX)) {
-            n += usize::from(rmdir_idle(fs, &root.join(&rel).join(c)));
-        }
-    }
-    n
 }

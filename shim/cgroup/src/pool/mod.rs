@@ -347,16 +347,18 @@ impl Pool {
     }
 
     /// `rund pool gc`: in long-lived parents, half-made and orphaned slots
-    /// and slots past high water (with `drain`, every free slot); anywhere
-    /// else, what dead shims left (kept cgroups, old slots); and the state
-    /// of parents that are gone or no longer pooled.
+    /// and slots past high water (with `drain`, every free slot); the kept
+    /// cgroups of dead shims anywhere; and the slots and state of parents
+    /// that are gone or no longer pooled (v2: every one).
     pub fn gc(&self, drain: bool) -> Result<GcReport> {
         let mut rep = GcReport::default();
         for (parent, st) in self.state_parents() {
-            if self.hier.is_v2()
-                || !self.fs.exists(&self.leader_dir(&parent))
-                || !self.is_long_lived(&parent)
-            {
+            let exists = self.fs.exists(&self.leader_dir(&parent));
+            if self.hier.is_v2() || !exists || !self.is_long_lived(&parent) {
+                let _lock = st.refill_lock()?;
+                if exists {
+                    rep.removed += gc::drain_parent(self, &parent);
+                }
                 st.remove()?;
                 rep.states_removed += 1;
                 continue;
@@ -365,7 +367,7 @@ impl Pool {
             rep.parents += 1;
             rep.removed += self.gc_parent_locked(&parent, drain)?;
         }
-        rep.removed += gc::sweep(self)?;
+        rep.removed += gc::sweep_kept(self);
         Ok(rep)
     }
 
