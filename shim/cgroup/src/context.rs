@@ -104,7 +104,7 @@ impl Cgroups {
         }
         self.pool
             .claim(path)
-            .inspect_err(|_| self.pool.leave(&parent))
+            .inspect_err(|_| self.pool.leave(&parent, true))
     }
 
     /// Create the container's cgroup at exactly its cgroupsPath (on v1 with
@@ -134,7 +134,8 @@ impl Cgroups {
                 Ok(d) => (d, Mode::Create),
                 Err(e) => {
                     if self.pool_on() {
-                        self.pool.leave(&path.parent());
+                        let parent = path.parent();
+                        self.pool.leave(&parent, self.pool.is_long_lived(&parent));
                     }
                     return Err(e);
                 }

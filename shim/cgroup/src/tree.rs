@@ -219,3 +219,32 @@ pub(crate) fn remove_reclaiming(fs: &dyn CgroupFs, dirs: &Dirs, reclaim_first: b
     }
     remove(fs, dirs)
 }
+
+/// Whether host `pid` is in the v2 cgroup `dir`: `/proc/<pid>/cgroup` names
+/// a path below the cgroup2 mount, and `dir` must be that mount plus that
+/// path (the mount is where the cgroup2 filesystem starts). Any doubt
+/// (another cgroup namespace, a fake tree) answers false.
+pub(crate) fn in_cgroup_v2(dir: &Path, pid: i32) -> bool {
+    const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+        return false;
+    };
+    let Some(rel) = text.lines().find_map(|l| l.strip_prefix("0::")) else {
+        return false;
+    };
+    let rel = Path::new(rel.trim_start_matches('/'));
+    let depth = rel.components().count();
+    let mut mount = dir.to_path_buf();
+    for _ in 0..depth {
+        if !mount.pop() {
+            return false;
+        }
+    }
+    if mount.join(rel) != dir {
+        return false;
+    }
+    let is_cgroup2 = |p: &Path| {
+        nix::sys::statfs::statfs(p).is_ok_and(|s| s.filesystem_type().0 as i64 == CGROUP2_SUPER_MAGIC)
+    };
+    is_cgroup2(&mount) && mount.parent().is_some_and(|p| !is_cgroup2(p))
+}

@@ -262,7 +262,12 @@ fn real_cgroup2_exact_path_freeze_kill_and_stats() {
     let dir = v2_dir(&m);
     assert_eq!(dir, t.roots[0].join("pods/r1"));
     let mut child = common::Gated::spawn("sleep 1000");
+    let before = cg.fs_counts().write;
     m.add_pid(child.pid()).unwrap();
+    assert_eq!(cg.fs_counts().write, before + 1, "one cgroup.procs write");
+    // Already there (as after clone3 into the cgroup): no second migration.
+    m.add_pid(child.pid()).unwrap();
+    assert_eq!(cg.fs_counts().write, before + 1, "placed twice");
     child.release();
     assert!(m.pids().unwrap().contains(&child.pid()));
     // The process sits at the exact path, as every reader of the tree expects.

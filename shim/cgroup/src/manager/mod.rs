@@ -78,6 +78,14 @@ impl CgroupManager {
                 reason: format!("{pid} is not a process id"),
             });
         }
+        // v2: an init started with clone3(CLONE_INTO_CGROUP) is already
+        // there; writing cgroup.procs again would still take the kernel's
+        // global threadgroup lock for nothing.
+        if let Dirs::V2(d) = &self.dirs {
+            if tree::in_cgroup_v2(d, pid) {
+                return Ok(());
+            }
+        }
         for d in self.dirs.all() {
             ctl::write(self.fs.as_ref(), d, "cgroup.procs", &pid.to_string())?;
         }
@@ -172,7 +180,7 @@ impl CgroupManager {
         let parent = self.path.parent();
         if !self.dirs.all().iter().any(|d| fs.exists(d)) {
             if let (true, Some(pool)) = (counted, &self.pool) {
-                pool.leave(&parent);
+                pool.leave(&parent, pool.is_long_lived(&parent));
             }
             return Ok(None);
         }

@@ -117,13 +117,15 @@ impl Pool {
         })
     }
 
-    /// A counted container left without a release (its cgroup was gone).
-    pub(crate) fn leave(&self, parent: &Path) {
+    /// A counted container left without a release here (its cgroup was
+    /// gone, or went back to a long-lived parent's slots). The last one out
+    /// drains the parent, unless it is long-lived (nothing is kept there).
+    pub(crate) fn leave(&self, parent: &Path, long_lived: bool) {
         let drain = self.with_local(parent, |s| {
             s.live = s.live.saturating_sub(1);
             (s.live == 0 && s.keeping == 0).then(|| std::mem::take(&mut s.kept))
         });
-        if let Some(kept) = drain {
+        if let Some(kept) = drain.filter(|_| !long_lived) {
             self.drain(parent, &kept);
         }
     }

@@ -205,7 +205,7 @@ impl Pool {
             return self.release_local(path, dirs, counted);
         }
         if counted {
-            self.leave(&parent);
+            self.leave(&parent, true);
         }
         v1::release(self, path, dirs)
     }
