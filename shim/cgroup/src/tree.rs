@@ -244,7 +244,8 @@ pub(crate) fn in_cgroup_v2(dir: &Path, pid: i32) -> bool {
         return false;
     }
     let is_cgroup2 = |p: &Path| {
-        nix::sys::statfs::statfs(p).is_ok_and(|s| s.filesystem_type().0 as i64 == CGROUP2_SUPER_MAGIC)
+        nix::sys::statfs::statfs(p)
+            .is_ok_and(|s| s.filesystem_type().0 as i64 == CGROUP2_SUPER_MAGIC)
     };
     is_cgroup2(&mount) && mount.parent().is_some_and(|p| !is_cgroup2(p))
 }
