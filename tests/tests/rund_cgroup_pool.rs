@@ -336,7 +336,8 @@ fn kubelet_shaped_pod_reuses_inside_the_pod_and_leaves_nothing() {
             .unwrap()
             .ino()
     };
-    let mut kept_ino = ino(&init_id);
+    // The init container's directory, renamed from container to container.
+    let kept_ino = ino(&init_id);
     let mut app_id = String::new();
     for round in 0..2 {
         let app = ContainerSpec::new("app", BUSYBOX_IMAGE, &["sleep", "1000"]);

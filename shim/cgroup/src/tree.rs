@@ -225,7 +225,6 @@ pub(crate) fn remove_reclaiming(fs: &dyn CgroupFs, dirs: &Dirs, reclaim_first: b
 /// path (the mount is where the cgroup2 filesystem starts). Any doubt
 /// (another cgroup namespace, a fake tree) answers false.
 pub(crate) fn in_cgroup_v2(dir: &Path, pid: i32) -> bool {
-    const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
     let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
         return false;
     };
@@ -245,7 +244,7 @@ pub(crate) fn in_cgroup_v2(dir: &Path, pid: i32) -> bool {
     }
     let is_cgroup2 = |p: &Path| {
         nix::sys::statfs::statfs(p)
-            .is_ok_and(|s| s.filesystem_type().0 as i64 == CGROUP2_SUPER_MAGIC)
+            .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
     };
     is_cgroup2(&mount) && mount.parent().is_some_and(|p| !is_cgroup2(p))
 }

@@ -101,7 +101,7 @@ pub fn load_device_prog(insns: &[Insn]) -> Result<OwnedFd, BpfError> {
         ..Default::default()
     };
     match bpf(BPF_PROG_LOAD, &mut attr) {
-        Ok(fd) => return Ok(owned(fd)),
+        Ok(fd) => Ok(owned(fd)),
         Err(source) => {
             // Retry with the verifier log so the error says why.
             let mut log = vec![0u8; 64 * 1024];

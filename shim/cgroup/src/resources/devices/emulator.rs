@@ -104,8 +104,8 @@ impl Emulator {
     pub fn allows(&self, kind: Kind, major: u32, minor: u32, access: u8) -> bool {
         let hit = self.exceptions.iter().any(|(k, bits)| {
             k.kind == kind
-                && k.major.map_or(true, |m| m == major)
-                && k.minor.map_or(true, |m| m == minor)
+                && k.major.is_none_or(|m| m == major)
+                && k.minor.is_none_or(|m| m == minor)
                 && access & !bits & super::acc::ALL == 0
         });
         hit != self.default_allow

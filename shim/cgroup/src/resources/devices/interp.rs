@@ -110,8 +110,8 @@ fn reference(rules: &[Rule], kind: Kind, major: u32, minor: u32, access: u8) -> 
     }
     let hit = ex.iter().any(|e| {
         e.kind == kind
-            && e.major.map_or(true, |m| m == major)
-            && e.minor.map_or(true, |m| m == minor)
+            && e.major.is_none_or(|m| m == major)
+            && e.minor.is_none_or(|m| m == minor)
             && access & !e.access == 0
     });
     Some(hit != default_allow)
@@ -138,7 +138,7 @@ fn random_rules(rng: &mut Rng) -> Vec<Rule> {
     let n = rng.next() % 9;
     (0..n)
         .map(|_| Rule {
-            allow: rng.next() % 2 == 0,
+            allow: rng.next().is_multiple_of(2),
             kind: rng.pick(&[Kind::All, Kind::Block, Kind::Char, Kind::Char]),
             major: rng.pick(&MAJORS),
             minor: rng.pick(&MINORS),
@@ -163,7 +163,7 @@ fn generated_programs_agree_with_the_rule_semantics() {
     for _ in 0..3000 {
         let mut rules = random_rules(&mut rng);
         // Half the lists end with the defaults, as every container's does.
-        if rng.next() % 2 == 0 {
+        if rng.next().is_multiple_of(2) {
             rules.extend(defaults.iter().copied());
         }
         let emu = emulate_list(&rules);
