@@ -156,6 +156,31 @@ fn fake_v2_kill_all_uses_cgroup_kill() {
     drop(tmp);
 }
 
+#[test]
+fn fake_v2_reclaim_before_rmdir_is_a_switch() {
+    for on in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("cg");
+        let fs = FakeFs::v2();
+        fs.seed_root(&root).unwrap();
+        let cfg = CgroupConfig {
+            state_dir: tmp.path().join("state"),
+            reclaim_on_remove: on,
+            ..CgroupConfig::default()
+        };
+        let cg = Cgroups::with(Hierarchy::v2_at(&root), Arc::new(fs), cfg);
+        let m = cg.create("/pod/r", None).unwrap();
+        let d = v2_dir(&m);
+        std::fs::write(d.join("memory.current"), "8192\n").unwrap();
+        // Watch the reclaim write: keep a hard link to the file past rmdir.
+        let seen = tmp.path().join("reclaim-seen");
+        std::fs::hard_link(d.join("memory.reclaim"), &seen).unwrap();
+        m.destroy().unwrap();
+        let want = if on { "8192" } else { "" };
+        assert_eq!(read(&seen), want, "reclaim_on_remove = {on}");
+    }
+}
+
 /// Worker half of the device test: opens `RUND_OPEN_PATH` read-write and
 /// prints the errno (0 when it opened).
 #[test]

@@ -41,6 +41,7 @@ impl FakeFs {
             ("memory.events", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n"),
             ("memory.stat", "anon 0\nfile 0\n"),
             ("memory.oom.group", "0\n"),
+            ("memory.reclaim", ""),
             ("cpu.max", "max 100000\n"),
             ("cpu.max.burst", "0\n"),
             ("cpu.weight", "100\n"),
