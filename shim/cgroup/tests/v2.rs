@@ -381,3 +381,48 @@ fn real_cgroup2_limits_match_the_spec() {
     assert!(e.is_ok() || matches!(e, Err(Error::Write { .. })));
     m.destroy().unwrap();
 }
+
+/// Needs the memory controller delegated (a pure v2 host or the VM suite).
+#[test]
+fn real_cgroup2_oom_kill_is_reported_from_memory_events() {
+    let Some(t) = TestTree::v2() else { return };
+    let have = read(&t.roots[0].join("cgroup.controllers"));
+    if !have.split_whitespace().any(|c| c == "memory") {
+        eprintln!(
+            "skip real_cgroup2_oom_kill_is_reported_from_memory_events: memory not delegated at {}",
+            t.roots[0].display()
+        );
+        return;
+    }
+    let cg = t.cgroups(t.config());
+    let m = cg
+        .create(
+            "/pods/oom",
+            Some(&res(r#"{"memory": {"limit": 16777216, "swap": 16777216}}"#)),
+        )
+        .unwrap();
+    let w = m.oom_watcher().unwrap();
+    assert_eq!(w.read_events().unwrap(), 0, "no OOM yet");
+    let mut child = common::Gated::spawn("x=$(head -c 200000000 /dev/zero | tr '\\0' a)");
+    m.add_pid(child.pid()).unwrap();
+    child.release();
+    // Deadline only to fail instead of hanging if no OOM ever comes.
+    let mut fds = [nix::poll::PollFd::new(
+        w.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    let mut seen = 0;
+    for _ in 0..60 {
+        let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(1000u16));
+        seen += w.read_events().unwrap();
+        if seen > 0 {
+            break;
+        }
+    }
+    assert!(seen >= 1, "no oom_kill in memory.events");
+    let _ = child.child.wait();
+    let s = m.stats().unwrap();
+    assert!(s.oom_kills >= 1 && s.memory_events.oom_kill >= 1, "{s:?}");
+    m.kill_all(nix::sys::signal::SIGKILL).unwrap();
+    m.destroy().unwrap();
+}
