@@ -50,6 +50,7 @@ pub fn explain(cfg: &CgroupConfig, v2: bool) -> Vec<String> {
          of a container that exited serves the pod's next container (one rename per \
          hierarchy), and nothing is left once the pod's last container is gone"
             .into(),
+        "on a cgroup v2 node there is no pool: the kernel refuses rename there".into(),
     ]
 }
 
