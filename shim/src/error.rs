@@ -70,6 +70,8 @@ impl ShimError {
             ShimError::Rootfs(RootfsError::Missing(_)) => Code::INVALID_ARGUMENT,
             ShimError::Rootfs(RootfsError::Unsupported(_)) => Code::UNIMPLEMENTED,
             ShimError::Cgroup(e) if e.is_unimplemented() => Code::UNIMPLEMENTED,
+            ShimError::Cgroup(e) if e.is_bad_input() => Code::INVALID_ARGUMENT,
+            ShimError::Cgroup(e) if e.is_precondition() => Code::FAILED_PRECONDITION,
             ShimError::Sandbox(SandboxError::Rpc {
                 status: ttrpc::Error::RpcStatus(s),
                 ..

@@ -1,4 +1,4 @@
-//! Issue 7 through containerd 1.6 and ctr: containers started at once claim the pre-made slots of
+//! The cgroup pool through containerd 1.6 and ctr: containers started at once claim the pre-made slots of
 //! the node-wide cgroup pool (no new slot is made while the pool is warm), each container's
 //! devices cgroup holds exactly deny-all plus the defaults, `[trace] phases_file` records every
 //! Create's cgroup phase, and delete recycles every slot. Bad pool input fails clearly.
@@ -219,5 +219,181 @@ fn bad_pool_input_fails_clearly_and_leaves_nothing() {
     assert!(!out.success(), "{out:?}");
     assert!(out.stderr.contains("pol"), "{}", out.stderr);
     ctd.remove_container("badcfg");
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
+
+/// Every v1 hierarchy's mount point, by name (rund's leader, blkio here, first).
+fn v1_mounts() -> Vec<PathBuf> {
+    let mut m: Vec<PathBuf> = rund_tests::leaks::cgroup_mounts()
+        .into_iter()
+        .filter(|m| m.join("cgroup.procs").exists() && !m.join("cgroup.controllers").exists())
+        .collect();
+    m.sort();
+    m
+}
+
+/// Visible (non-dot) child cgroups of `rel` in `mount`, and rund's hidden ones.
+fn children(mount: &Path, rel: &str) -> (Vec<String>, Vec<String>) {
+    let mut seen: (Vec<String>, Vec<String>) = Default::default();
+    for e in std::fs::read_dir(mount.join(rel)).unwrap().flatten() {
+        if e.path().is_dir() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.starts_with('.') {
+                seen.1.push(n);
+            } else {
+                seen.0.push(n);
+            }
+        }
+    }
+    seen
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gave up waiting: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Kubernetes through CRI: the test makes the pod's cgroup as the kubelet does;
+/// an init container's cgroup serves the app container, and a restart reuses
+/// it again; every container sits at its exact cgroupsPath; after the pod is
+/// removed nothing rund made is left in the pod's cgroup (the kubelet's rmdir
+/// succeeds) and there is no pool state for it.
+#[test]
+fn kubelet_shaped_pod_reuses_inside_the_pod_and_leaves_nothing() {
+    use rund_tests::cri::api::ContainerState;
+    use rund_tests::{ContainerSpec, PodSpec, BUSYBOX_IMAGE};
+    let test = "kubelet_shaped_pod_reuses_inside_the_pod_and_leaves_nothing";
+    if !v1_memory_present() {
+        eprintln!("skip {test}: needs cgroup v1 (the pool renames cgroups; v2 has no pool)");
+        return;
+    }
+    let Some(_bins) = rund_bins_or_skip(test) else {
+        return;
+    };
+    let cfg_dir = tempfile::tempdir().unwrap();
+    let cfg = cfg_dir.path().join("rund.toml");
+    let state = cfg_dir.path().join("pool-state");
+    std::fs::write(
+        &cfg,
+        format!("[cgroup]\npool = \"on\"\nstate_dir = {state:?}\n"),
+    )
+    .unwrap();
+    let opts = ContainerdOpts {
+        rund_config_path: Some(cfg.clone()),
+        ..ContainerdOpts::new().cri()
+    };
+    let Some(ctd) = Containerd::start_rund_or_skip(test, opts) else {
+        return;
+    };
+    let cri = ctd.cri_client().expect("CRI client");
+    let before = LeakSnapshot::take(&ctd);
+    let mounts = v1_mounts();
+    // What the kubelet's cgroupfs driver makes before RunPodSandbox.
+    let pod_rel = format!("{}/podkubelet", ctd.cgroup_parent.trim_start_matches('/'));
+    for m in &mounts {
+        let mut cur = m.clone();
+        for c in Path::new(&pod_rel).components() {
+            cur.push(c);
+            if !cur.exists() {
+                std::fs::create_dir(&cur).unwrap();
+                for f in ["cpuset.cpus", "cpuset.mems"] {
+                    if let Ok(v) = std::fs::read_to_string(cur.parent().unwrap().join(f)) {
+                        std::fs::write(cur.join(f), v.trim()).unwrap();
+                    }
+                }
+            }
+        }
+    }
+    let pod = PodSpec::new("kubelet", &format!("/{pod_rel}"));
+    let pod_id = cri.run_pod_sandbox(&pod, "rund").expect("RunPodSandbox");
+    let leader = &mounts[0];
+    let memory = mounts.iter().find(|m| m.ends_with("memory")).unwrap();
+    let exited = |id: &str| {
+        cri.container_status(id)
+            .is_ok_and(|s| s.state == ContainerState::ContainerExited as i32)
+    };
+    // The init container runs and exits; CRI deletes its task, and rund
+    // keeps its cgroup for the pod's next container.
+    let init = ContainerSpec::new("init", BUSYBOX_IMAGE, &["sh", "-c", "exit 0"]);
+    let init_id = cri.create_and_start(&pod_id, &init, &pod).expect("init");
+    wait_for("init exited", || exited(&init_id));
+    wait_for("init's cgroup kept", || {
+        children(leader, &pod_rel)
+            .1
+            .iter()
+            .any(|n| n.ends_with(&init_id))
+    });
+    use std::os::unix::fs::MetadataExt;
+    let ino = |id: &str| {
+        std::fs::metadata(memory.join(&pod_rel).join(id))
+            .unwrap()
+            .ino()
+    };
+    // The init container's directory, renamed from container to container.
+    let kept_ino = ino(&init_id);
+    let mut app_id = String::new();
+    for round in 0..2 {
+        let app = ContainerSpec::new("app", BUSYBOX_IMAGE, &["sleep", "1000"]);
+        app_id = cri.create_and_start(&pod_id, &app, &pod).expect("app");
+        // Renamed, not made: the same directory as the exited container's.
+        assert_eq!(
+            ino(&app_id),
+            kept_ino,
+            "round {round}: the app did not reuse the cgroup"
+        );
+        // The app took the kept cgroup: no hidden dir left, and in every
+        // hierarchy exactly the sandbox and the app, at their exact names.
+        for m in &mounts {
+            let (mut visible, hidden) = children(m, &pod_rel);
+            visible.sort();
+            let mut want = vec![pod_id.clone(), app_id.clone()];
+            want.sort();
+            assert_eq!(
+                (visible, hidden),
+                (want, vec![]),
+                "round {round} in {}",
+                m.display()
+            );
+        }
+        let procs =
+            std::fs::read_to_string(memory.join(&pod_rel).join(&app_id).join("cgroup.procs"))
+                .unwrap();
+        assert!(
+            !procs.trim().is_empty(),
+            "the app's processes are at its exact path"
+        );
+        // A restart (CrashLoopBackOff): stop, remove, create again.
+        cri.stop_container(&app_id, 1).expect("StopContainer");
+        wait_for("app's cgroup kept", || {
+            children(leader, &pod_rel)
+                .1
+                .iter()
+                .any(|n| n.ends_with(&app_id))
+        });
+        if round == 0 {
+            cri.remove_container(&app_id).expect("RemoveContainer");
+        }
+    }
+    for id in [&init_id, &app_id] {
+        cri.remove_container(id).expect("RemoveContainer");
+    }
+    cri.stop_pod_sandbox(&pod_id).expect("StopPodSandbox");
+    cri.remove_pod_sandbox(&pod_id).expect("RemovePodSandbox");
+    // What the kubelet does next: rmdir the pod's cgroup, which must be empty.
+    for m in &mounts {
+        wait_for("the pod's cgroup empty", || {
+            children(m, &pod_rel) == (vec![], vec![])
+        });
+        std::fs::remove_dir(m.join(&pod_rel))
+            .unwrap_or_else(|e| panic!("kubelet rmdir in {}: {e}", m.display()));
+    }
+    let states = std::fs::read_dir(&state).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(states, 0, "pool state was made for a pod's cgroup");
     assert_no_leaks_within(&ctd, &before, GRACE);
 }

@@ -41,7 +41,7 @@ kernel=${RUND_VM_KERNEL:-$(ls /boot/vmlinuz-6.1.0-*-amd64 2>/dev/null | sort -V 
 # Build on the host; the VM only runs what is built.
 (cd "$ws" && $CARGO build -q -p rund-shim -p rund-agent)
 rm -rf "$out" && mkdir -p "$out/logs"
-(cd "$ws" && $CARGO test -q -p rund-tests --no-run --message-format=json) >"$out/cargo.json"
+(cd "$ws" && $CARGO test -q -p rund-tests -p rund-cgroup --no-run --message-format=json) >"$out/cargo.json"
 python3 "$here/plan.py" --cargo-json "$out/cargo.json" --list "$list" --tests "$tests" \
     --out "$out/plan.tsv"
 say "$(wc -l <"$out/plan.tsv") tests planned ($suite${runtime:+, $runtime}); results in $out"

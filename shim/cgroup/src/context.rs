@@ -10,6 +10,7 @@ use crate::pool::{CgroupConfig, GcReport, Pool, PoolStatus, Switch};
 use crate::resources::{self, Mode};
 use crate::tree;
 use oci_spec::runtime::LinuxResources;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,8 +26,9 @@ pub struct Cgroups {
 
 impl Cgroups {
     /// Detect the host layout, use the real cgroupfs, and start the refiller
-    /// when the pool is on.
+    /// when the pool is on (v1).
     pub fn new(cfg: CgroupConfig) -> Result<Self> {
+        cfg.validate()?;
         let me = Self::with(Hierarchy::detect()?, Arc::new(RealFs), cfg);
         me.start_refiller();
         Ok(me)
@@ -45,7 +47,7 @@ impl Cgroups {
     }
 
     pub fn start_refiller(&self) {
-        if self.cfg.pool == Switch::On {
+        if self.pool_on() {
             self.pool.start_refiller();
         }
     }
@@ -67,25 +69,48 @@ impl Cgroups {
         &self.pool
     }
 
-    fn pool_on(&self) -> bool {
-        self.cfg.pool == Switch::On
+    /// The pool works by rename, which only v1 allows.
+    pub fn pool_on(&self) -> bool {
+        self.cfg.pool == Switch::On && !self.hier.is_v2()
     }
 
-    fn manager(&self, path: CgroupPath, dirs: Dirs, pooled: bool) -> CgroupManager {
+    fn manager(&self, path: CgroupPath, dirs: Dirs, pooled: bool, counted: bool) -> CgroupManager {
         CgroupManager {
             fs: self.fs.clone(),
             path,
             dirs,
             pool: self.pool_on().then(|| self.pool.clone()),
             pooled,
+            live: (counted && self.pool_on()).then(|| Arc::new(AtomicBool::new(true))),
+            reclaim: self.cfg.reclaim_on_remove,
             empty_timeout: Duration::from_millis(self.cfg.empty_timeout_ms),
             freeze_timeout: Duration::from_millis(self.cfg.freeze_timeout_ms),
         }
     }
 
-    /// Create the container's cgroup (claimed from the pool when on, else
-    /// mkdir) and apply `res` (device rules deny-by-default on v1 even when
-    /// `res` is `None`). On any error nothing is left behind.
+    /// v1 with the pool on: a kept cgroup of this process in the parent
+    /// (not long-lived), else a shared slot (long-lived parent), else none.
+    fn take_from_pool(&self, path: &CgroupPath) -> Result<Option<crate::pool::Claim>> {
+        let parent = path.parent();
+        let long = self.pool.is_long_lived(&parent);
+        if let Some(old) = self.pool.enter(&parent, path.name(), long) {
+            match self.pool.claim_kept(path, &old) {
+                Ok(c) => return Ok(Some(c)),
+                Err(e) => tracing::warn!(%e, "kept cgroup unusable; making a new one"),
+            }
+        }
+        if !long {
+            return Ok(None);
+        }
+        self.pool
+            .claim(path)
+            .inspect_err(|_| self.pool.leave(&parent, true))
+    }
+
+    /// Create the container's cgroup at exactly its cgroupsPath (on v1 with
+    /// the pool on, by renaming a pooled or kept cgroup there, else mkdir)
+    /// and apply `res` (device rules deny-by-default even when `res` is
+    /// `None`). On any error nothing is left behind.
     pub fn create(
         &self,
         cgroups_path: &str,
@@ -97,7 +122,7 @@ impl Cgroups {
         // Refuse bad input before touching the tree.
         resources::validate(res)?;
         let claimed = if self.pool_on() {
-            self.pool.claim(&path)?
+            self.take_from_pool(&path)?
         } else {
             None
         };
@@ -105,12 +130,18 @@ impl Cgroups {
         let (dirs, mode) = match claimed {
             Some(c) if c.devices_baseline => (c.dirs, Mode::CreateOnBaseline),
             Some(c) => (c.dirs, Mode::Create),
-            None => (
-                tree::create_leaf(self.fs.as_ref(), &self.hier, &path.rel())?,
-                Mode::Create,
-            ),
+            None => match tree::create_leaf(self.fs.as_ref(), &self.hier, &path.rel()) {
+                Ok(d) => (d, Mode::Create),
+                Err(e) => {
+                    if self.pool_on() {
+                        let parent = path.parent();
+                        self.pool.leave(&parent, self.pool.is_long_lived(&parent));
+                    }
+                    return Err(e);
+                }
+            },
         };
-        let mgr = self.manager(path, dirs, pooled);
+        let mgr = self.manager(path, dirs, pooled, true);
         if let Err(e) = resources::apply(self.fs.as_ref(), &mgr.dirs, res, mode) {
             if let Err(e2) = mgr.destroy() {
                 tracing::warn!(%e2, "cleanup after a failed apply");
@@ -124,20 +155,20 @@ impl Cgroups {
     /// for `shim delete`). [`Error::NotFound`] if it exists nowhere.
     pub fn load(&self, cgroups_path: &str) -> Result<CgroupManager> {
         let path = CgroupPath::parse(cgroups_path)?;
-        let slot = if self.hier.is_v2() {
-            crate::pool::mapped_slot(&self.pool, &path)?
-        } else {
-            None
-        };
-        let pooled = slot.is_some();
-        let dirs = match slot {
-            Some(d) => Dirs::V2(d),
-            None => Dirs::of(&self.hier, &path.rel()),
-        };
-        if !dirs.all().iter().any(|d| self.fs.exists(d)) {
+        let dirs = Dirs::of(&self.hier, &path.rel());
+        let all = dirs.all();
+        if !all.iter().any(|d| self.fs.exists(d)) {
             return Err(Error::NotFound(path.rel()));
         }
-        Ok(self.manager(path, dirs, pooled))
+        // v1: followers that carry the name of a live shim's kept cgroup
+        // are that shim's, not a container's.
+        if !self.hier.is_v2()
+            && !self.fs.exists(all[0])
+            && self.pool.kept_elsewhere(&path.parent(), path.name())
+        {
+            return Err(Error::NotFound(path.rel()));
+        }
+        Ok(self.manager(path, dirs, false, false))
     }
 
     /// `rund pool status`.
@@ -149,10 +180,11 @@ impl Cgroups {
     /// such as `/k8s.io`) up to `slots` free slots, capped at high water.
     /// Returns the number of slots made.
     pub fn pool_warm(&self, parent: &str, slots: usize) -> Result<usize> {
-        if !self.pool_on() {
+        if self.cfg.pool == Switch::Off {
             return Err(Error::PoolOff);
         }
         let rel = CgroupPath::parse(parent)?.rel();
+        // v2: refused with the reason (no rename, so no pool).
         self.pool.warm(&rel, slots)
     }
 

@@ -38,6 +38,9 @@ pub enum Error {
     /// The feature is not implemented (the shim maps this to UNIMPLEMENTED).
     #[error("cgroup: not implemented: {0}")]
     Unimplemented(String),
+    /// A `[cgroup]` config value cannot work.
+    #[error("rund config [cgroup] {key}: {reason}")]
+    Config { key: &'static str, reason: String },
     /// A pool operation was asked for with `cgroup.pool = off`.
     #[error("cgroup: the pool is off (`[cgroup] pool = \"off\"` in the rund config)")]
     PoolOff,
@@ -70,6 +73,16 @@ pub enum Error {
     /// The pool state directory could not be used.
     #[error("cgroup pool state {path}: {reason}")]
     State { path: PathBuf, reason: String },
+    /// A bpf(2) call for the v2 device filter failed.
+    #[error("cgroup: {call} for {path}: {source}{}", verifier(.log))]
+    Bpf {
+        call: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+        /// The verifier's log when a program load was refused.
+        log: String,
+    },
     /// A system call failed.
     #[error("cgroup: {call}: {source}")]
     Sys {
@@ -91,7 +104,9 @@ impl Error {
     /// The errno behind this error, if any (lets callers map EBUSY etc.).
     pub fn errno(&self) -> Option<i32> {
         match self {
-            Error::Io { source, .. } | Error::Write { source, .. } => source.raw_os_error(),
+            Error::Io { source, .. } | Error::Write { source, .. } | Error::Bpf { source, .. } => {
+                source.raw_os_error()
+            }
             Error::Sys { source, .. } => Some(*source as i32),
             _ => None,
         }
@@ -100,5 +115,13 @@ impl Error {
     /// True for errors the shim should answer with UNIMPLEMENTED.
     pub fn is_unimplemented(&self) -> bool {
         matches!(self, Error::Unimplemented(_))
+    }
+}
+
+fn verifier(log: &str) -> String {
+    if log.is_empty() {
+        String::new()
+    } else {
+        format!(" (verifier: {log})")
     }
 }

@@ -1,10 +1,12 @@
 //! rund-cgroup: container cgroups for rund on cgroup v1 (including the hybrid
-//! layout with cpu and cpuacct on separate mounts) and cgroup v2, with a
-//! node-wide pool of pre-made cgroups handed out by rename.
+//! layout with cpu and cpuacct on separate mounts) and cgroup v2. A
+//! container's cgroup is always at its cgroupsPath; on v1 a pool of cgroups
+//! made ahead is handed out by rename. v2 devices are a BPF filter.
 //!
 //! Entry point: [`Cgroups`] (one per process), then [`CgroupManager`] per
 //! container. See README.md for the design and what users see in the tree.
 
+pub mod bpf;
 mod context;
 mod ctl;
 mod dirs;

@@ -20,10 +20,13 @@ impl CgroupPath {
     ///
     /// * `/ns/id` (containerd's default) and `ns/id` are both taken relative to
     ///   the hierarchy roots (rund does not nest under its own cgroup).
-    /// * systemd style `slice:prefix:name` maps to the path systemd would use:
-    ///   `kubepods-besteffort.slice:cri:abc` gives
-    ///   `kubepods.slice/kubepods-besteffort.slice/cri-abc.scope`. rund writes
-    ///   cgroupfs directly; it does not ask systemd for a scope.
+    /// * systemd style `slice:prefix:name` is expanded exactly as runc's
+    ///   systemd driver expands it: `kubepods-besteffort-pod1.slice:cri:abc`
+    ///   gives `kubepods.slice/kubepods-besteffort.slice/
+    ///   kubepods-besteffort-pod1.slice/cri-abc.scope`; an empty slice is
+    ///   `system.slice`, `-.slice` is the root, and a name ending in `.slice`
+    ///   is used as it is. rund makes the result through cgroupfs; it does
+    ///   not ask systemd for a scope.
     pub fn parse(raw: &str) -> Result<Self> {
         let bad = |reason: &str| Error::InvalidPath {
             path: raw.to_string(),
@@ -33,30 +36,15 @@ impl CgroupPath {
             return Err(bad("contains a NUL or newline"));
         }
         let parts: Vec<String> = if !raw.contains('/') && raw.matches(':').count() == 2 {
-            let mut it = raw.split(':');
-            let (slice, prefix, name) = (it.next(), it.next(), it.next());
-            let (slice, prefix, name) = (
-                slice.unwrap_or(""),
-                prefix.unwrap_or(""),
-                name.unwrap_or(""),
-            );
-            if name.is_empty() {
-                return Err(bad("systemd form slice:prefix:name needs a name"));
-            }
-            let mut parts = expand_slice(if slice.is_empty() {
+            let f: Vec<&str> = raw.split(':').collect();
+            let (slice, prefix, name) = (f[0], f[1], f[2]);
+            let slice = if slice.is_empty() {
                 "system.slice"
             } else {
                 slice
-            })
-            .map_err(|r| bad(&r))?;
-            let unit = if name.ends_with(".slice") {
-                name.to_string()
-            } else if prefix.is_empty() {
-                format!("{name}.scope")
-            } else {
-                format!("{prefix}-{name}.scope")
             };
-            parts.push(unit);
+            let mut parts = expand_slice(slice).map_err(|r| bad(&r))?;
+            parts.push(unit_name(prefix, name));
             parts
         } else {
             raw.split('/')
@@ -123,25 +111,37 @@ pub(crate) fn escape_key(s: &str) -> String {
     }
 }
 
-/// `a-b-c.slice` lives at `a.slice/a-b.slice/a-b-c.slice`, as systemd does.
-fn expand_slice(slice: &str) -> std::result::Result<Vec<String>, String> {
-    let Some(base) = slice.strip_suffix(".slice") else {
-        return Err(format!("{slice:?} is not a .slice"));
-    };
-    if base.is_empty() || base.contains('/') || base.starts_with('-') || base.contains("--") {
-        return Err(format!("invalid slice name {slice:?}"));
+/// runc's unit name: a scope unless the name asks for a slice.
+fn unit_name(prefix: &str, name: &str) -> String {
+    if name.ends_with(".slice") {
+        name.to_string()
+    } else {
+        format!("{prefix}-{name}.scope")
     }
-    if base == "-" {
+}
+
+/// runc's `ExpandSlice`: `a-b-c.slice` lives at
+/// `a.slice/a-b.slice/a-b-c.slice`, and `-.slice` is the root.
+fn expand_slice(slice: &str) -> std::result::Result<Vec<String>, String> {
+    const SUFFIX: &str = ".slice";
+    let invalid = || format!("invalid slice name {slice:?}");
+    if slice.len() < SUFFIX.len() || !slice.ends_with(SUFFIX) || slice.contains('/') {
+        return Err(invalid());
+    }
+    let name = &slice[..slice.len() - SUFFIX.len()];
+    if name == "-" {
         return Ok(Vec::new());
     }
     let mut out = Vec::new();
-    let mut acc = String::new();
-    for comp in base.split('-') {
-        if !acc.is_empty() {
-            acc.push('-');
+    let mut prefix = String::new();
+    for comp in name.split('-') {
+        // test--a.slice and -test.slice are not slices.
+        if comp.is_empty() {
+            return Err(invalid());
         }
-        acc.push_str(comp);
-        out.push(format!("{acc}.slice"));
+        out.push(format!("{prefix}{comp}{SUFFIX}"));
+        prefix.push_str(comp);
+        prefix.push('-');
     }
     Ok(out)
 }
@@ -159,18 +159,45 @@ mod tests {
         assert_eq!(p.key(), "default%2Fc1");
     }
 
+    fn rel(p: &str) -> String {
+        CgroupPath::parse(p).unwrap().rel().display().to_string()
+    }
+
     #[test]
     fn systemd_form() {
-        let p = CgroupPath::parse("kubepods-besteffort-pod1.slice:cri-containerd:abc").unwrap();
         assert_eq!(
-            p.rel(),
-            PathBuf::from(
-                "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/cri-containerd-abc.scope"
-            )
+            rel("kubepods-besteffort-pod1.slice:cri-containerd:abc"),
+            "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/cri-containerd-abc.scope"
         );
-        let p = CgroupPath::parse(":docker:abc").unwrap();
-        assert_eq!(p.rel(), PathBuf::from("system.slice/docker-abc.scope"));
+        assert_eq!(rel(":docker:abc"), "system.slice/docker-abc.scope");
+        // runc joins prefix and name with '-' even when the prefix is empty.
+        assert_eq!(rel("system.slice::abc"), "system.slice/-abc.scope");
+        assert_eq!(rel("-.slice:p:abc"), "p-abc.scope");
+        assert_eq!(rel("a-b.slice:p:c.slice"), "a.slice/a-b.slice/c.slice");
         assert!(CgroupPath::parse("nota:slice:x").is_err());
+    }
+
+    #[test]
+    fn runc_expand_slice_cases() {
+        for (input, want) in [
+            ("-.slice", Some("")),
+            ("machine.slice", Some("machine.slice")),
+            ("machine-lxc.slice", Some("machine.slice/machine-lxc.slice")),
+            (
+                "machine-lxc-1.slice",
+                Some("machine.slice/machine-lxc.slice/machine-lxc-1.slice"),
+            ),
+            ("-test.slice", None),
+            ("test--a.slice", None),
+            ("test-.slice", None),
+            (".slice", None),
+            ("slice", None),
+            ("test.scope", None),
+            ("a/b.slice", None),
+        ] {
+            let got = expand_slice(input).ok().map(|v| v.join("/"));
+            assert_eq!(got.as_deref(), want, "{input}");
+        }
     }
 
     #[test]

@@ -189,3 +189,62 @@ pub(crate) fn rmdir_if_present(fs: &dyn CgroupFs, d: &Path) -> Result<bool> {
         }
     }
 }
+
+/// Ask the kernel to reclaim a cgroup's memory before it is removed, so
+/// its page cache does not keep a dying memory cgroup alive: v2
+/// `memory.reclaim` (kernel >= 5.19), v1 `memory.force_empty`. Best effort:
+/// the kernel answers EAGAIN when it could not reclaim everything.
+pub(crate) fn reclaim(fs: &dyn CgroupFs, dirs: &Dirs) {
+    let r = match dirs {
+        Dirs::V1(_) => match dirs.v1("memory") {
+            Some(d) => ctl::write_if_exists(fs, d, "memory.force_empty", "0").map(drop),
+            None => Ok(()),
+        },
+        Dirs::V2(d) => match ctl::read_u64_opt(fs, d, "memory.current") {
+            Ok(Some(cur)) if cur > 0 => {
+                ctl::write_if_exists(fs, d, "memory.reclaim", &cur.to_string()).map(drop)
+            }
+            _ => Ok(()),
+        },
+    };
+    if let Err(e) = r {
+        tracing::debug!(%e, "memory reclaim before rmdir");
+    }
+}
+
+/// [`remove`], reclaiming memory first when asked.
+pub(crate) fn remove_reclaiming(fs: &dyn CgroupFs, dirs: &Dirs, reclaim_first: bool) -> Result<()> {
+    if reclaim_first {
+        reclaim(fs, dirs);
+    }
+    remove(fs, dirs)
+}
+
+/// Whether host `pid` is in the v2 cgroup `dir`: `/proc/<pid>/cgroup` names
+/// a path below the cgroup2 mount, and `dir` must be that mount plus that
+/// path (the mount is where the cgroup2 filesystem starts). Any doubt
+/// (another cgroup namespace, a fake tree) answers false.
+pub(crate) fn in_cgroup_v2(dir: &Path, pid: i32) -> bool {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+        return false;
+    };
+    let Some(rel) = text.lines().find_map(|l| l.strip_prefix("0::")) else {
+        return false;
+    };
+    let rel = Path::new(rel.trim_start_matches('/'));
+    let depth = rel.components().count();
+    let mut mount = dir.to_path_buf();
+    for _ in 0..depth {
+        if !mount.pop() {
+            return false;
+        }
+    }
+    if mount.join(rel) != dir {
+        return false;
+    }
+    let is_cgroup2 = |p: &Path| {
+        nix::sys::statfs::statfs(p)
+            .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
+    };
+    is_cgroup2(&mount) && mount.parent().is_some_and(|p| !is_cgroup2(p))
+}

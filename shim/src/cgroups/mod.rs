@@ -23,6 +23,19 @@ impl CgroupError {
     pub fn is_invalid(&self) -> bool {
         matches!(self.source, rund_cgroup::Error::InvalidResource { .. })
     }
+    /// The spec or config is wrong (a field, the cgroupsPath, a key).
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self.source,
+            rund_cgroup::Error::InvalidResource { .. }
+                | rund_cgroup::Error::InvalidPath { .. }
+                | rund_cgroup::Error::Config { .. }
+        )
+    }
+    /// The node cannot do it as set up (a controller not delegated).
+    pub fn is_precondition(&self) -> bool {
+        matches!(self.source, rund_cgroup::Error::ControllerMissing(_))
+    }
 }
 
 async fn blocking<T: Send + 'static>(
@@ -178,5 +191,38 @@ impl ContainerCgroup {
     pub async fn destroy(&self) -> Result<(), CgroupError> {
         let m = self.mgr.clone();
         blocking(&self.path, move || m.destroy().map(|_| ())).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CgroupError;
+    use crate::error::ShimError;
+    use rund_cgroup::Error;
+
+    fn code(source: Error) -> ttrpc::Code {
+        ShimError::Cgroup(CgroupError {
+            path: "/p/c".into(),
+            source,
+        })
+        .code()
+    }
+
+    #[test]
+    fn cgroup_errors_map_to_the_right_codes() {
+        assert_eq!(
+            code(Error::ControllerMissing("rdma")),
+            ttrpc::Code::FAILED_PRECONDITION
+        );
+        let bad = Error::InvalidResource {
+            field: "unified",
+            reason: "x".into(),
+        };
+        assert_eq!(code(bad), ttrpc::Code::INVALID_ARGUMENT);
+        assert_eq!(
+            code(Error::Unimplemented("x".into())),
+            ttrpc::Code::UNIMPLEMENTED
+        );
+        assert_eq!(code(Error::NotFound("/x".into())), ttrpc::Code::INTERNAL);
     }
 }

@@ -26,12 +26,44 @@ fn switch(s: Switch) -> &'static str {
     }
 }
 
+/// What the pool does on this node, in one line per fact.
+pub fn explain(cfg: &CgroupConfig, v2: bool) -> Vec<String> {
+    if v2 {
+        return vec![
+            "cgroup v2: no pool. The kernel refuses rename on cgroup2, so a pooled cgroup \
+             could not be at its container's exact path; each container's cgroup is made \
+             with mkdir at its cgroupsPath."
+                .into(),
+        ];
+    }
+    if cfg.pool == Switch::Off {
+        return vec![
+            "pool off: each container's cgroup is made with mkdir and removed with rmdir.".into(),
+        ];
+    }
+    vec![
+        format!(
+            "batch-filled parents: {} (config pool_parents) and any warmed with `rund pool warm`",
+            cfg.pool_parents.join(", ")
+        ),
+        "any other parent (a Kubernetes pod's cgroup) is never batch-filled: there the cgroup \
+         of a container that exited serves the pod's next container (one rename per \
+         hierarchy), and nothing is left once the pod's last container is gone"
+            .into(),
+        "on a cgroup v2 node there is no pool: the kernel refuses rename there".into(),
+    ]
+}
+
 pub fn status(cfg: &CgroupConfig, as_json: bool, out: &mut dyn Write) -> Result<(), CliError> {
     let cg = cgroups(cfg)?;
+    let v2 = cg.hierarchy().is_v2();
     let pools = cg.pool_status()?;
     if as_json {
         let v = json!({
             "pool": cfg.pool,
+            "cgroup_v2": v2,
+            "in_effect": cg.pool_on(),
+            "pool_parents": cfg.pool_parents,
             "state_dir": cfg.state_dir,
             "low": cfg.low,
             "high": cfg.high,
@@ -50,21 +82,25 @@ pub fn status(cfg: &CgroupConfig, as_json: bool, out: &mut dyn Write) -> Result<
         cfg.batch,
         cfg.state_dir.display()
     )?;
+    for line in explain(cfg, v2) {
+        writeln!(out, "  {line}")?;
+    }
     if pools.is_empty() {
         writeln!(out, "no pools yet")?;
         return Ok(());
     }
     writeln!(
         out,
-        "{:<24} {:>6} {:>8} {:>8} {:>8} {:>9} {:>8} {:>6}",
-        "PARENT", "FREE", "CLAIMED", "REFILLS", "CREATED", "RECYCLES", "REMOVED", "GC"
+        "{:<24} {:>7} {:>6} {:>8} {:>8} {:>8} {:>9} {:>8} {:>6}",
+        "PARENT", "SOURCE", "FREE", "CLAIMED", "REFILLS", "CREATED", "RECYCLES", "REMOVED", "GC"
     )?;
     for p in &pools {
         let c = &p.counters;
         writeln!(
             out,
-            "{:<24} {:>6} {:>8} {:>8} {:>8} {:>9} {:>8} {:>6}",
+            "{:<24} {:>7} {:>6} {:>8} {:>8} {:>8} {:>9} {:>8} {:>6}",
             format!("/{}", p.parent.display()),
+            if p.configured { "config" } else { "warmed" },
             p.free,
             p.claimed,
             c.refills,
@@ -86,8 +122,8 @@ pub fn gc(cfg: &CgroupConfig, drain: bool, out: &mut dyn Write) -> Result<(), Cl
     };
     writeln!(
         out,
-        "gc: removed {} {what} in {} pool(s)",
-        rep.removed, rep.parents
+        "gc: removed {} {what} in {} pool(s), and the state of {} parent(s) that are gone",
+        rep.removed, rep.parents, rep.states_removed
     )?;
     Ok(())
 }
@@ -108,4 +144,29 @@ pub fn warm(
     }
     writeln!(out, "warm: made {made} slot(s) under {parent}")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pool_is_explained_per_cgroup_version() {
+        let cfg = CgroupConfig::default();
+        let v2 = explain(&cfg, true).join(" ");
+        assert!(
+            v2.contains("no pool") && v2.contains("refuses rename"),
+            "{v2}"
+        );
+        let v1 = explain(&cfg, false).join(" ");
+        assert!(
+            v1.contains("/default") && v1.contains("never batch-filled"),
+            "{v1}"
+        );
+        let off = CgroupConfig {
+            pool: Switch::Off,
+            ..CgroupConfig::default()
+        };
+        assert!(explain(&off, false)[0].contains("pool off"));
+    }
 }

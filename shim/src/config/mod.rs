@@ -215,6 +215,7 @@ mod tests {
         assert_eq!(c.userns, UsernsConfig::default());
         assert_eq!(c.memlock, MemlockConfig::default());
         assert_eq!(c.policy, PolicyConfig::default());
+        assert_eq!(c.cgroup, rund_cgroup::CgroupConfig::default());
         assert_eq!(c.grace_period_seconds, 30);
     }
 
@@ -243,6 +244,22 @@ mod tests {
             Path::new("x")
         )
         .is_err());
+    }
+
+    #[test]
+    fn cgroup_keys_are_checked() {
+        let c = RundConfig::parse(
+            "[cgroup]\npool_parents = [\"/default\", \"/k8s.io\"]\nreclaim_on_remove = true\n",
+            Path::new("x"),
+        )
+        .unwrap();
+        assert_eq!(c.cgroup.pool_parents, ["/default", "/k8s.io"]);
+        assert!(c.cgroup.reclaim_on_remove);
+        let bad = RundConfig::parse("[cgroup]\npool_parents = [\"/a/../b\"]\n", Path::new("x"))
+            .unwrap()
+            .cgroup;
+        let e = bad.validate().unwrap_err().to_string();
+        assert!(e.contains("pool_parents"), "{e}");
     }
 
     #[test]

@@ -1,11 +1,18 @@
 //! A fake cgroupfs in an ordinary directory, for tests without root.
 //! It mimics the kernel rules the pool relies on: mkdir seeds control files,
 //! rmdir refuses busy or non-leaf cgroups, rename refuses existing targets,
-//! and on v2 rename is refused (EPERM) as the kernel does.
+//! and on v2 rename is refused (EPERM) as the kernel does. On v2 a child's
+//! `cgroup.controllers` is its parent's `cgroup.subtree_control`, which
+//! takes `+ctrl`/`-ctrl` only for controllers the cgroup has.
 
 use super::CgroupFs;
+use crate::bpf::{decode_all, encode_all, Insn};
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// Where a fake cgroup keeps its device filter (a real one keeps it in the
+/// kernel): the encoded program, so tests can run it.
+const FILTER_FILE: &str = ".fake-device-filter";
 
 /// Fake cgroupfs. `files` are seeded (name, content) into every new directory.
 #[derive(Debug, Clone)]
@@ -21,7 +28,8 @@ impl FakeFs {
             ("cgroup.procs", ""),
             ("cgroup.freeze", "0\n"),
             ("cgroup.events", "populated 0\nfrozen 0\n"),
-            ("cgroup.controllers", "cpuset cpu io memory hugetlb pids\n"),
+            ("cgroup.controllers", "cpuset cpu io memory hugetlb pids rdma\n"),
+            ("cgroup.kill", ""),
             ("cgroup.subtree_control", ""),
             ("memory.max", "max\n"),
             ("memory.high", "max\n"),
@@ -33,8 +41,11 @@ impl FakeFs {
             ("memory.events", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n"),
             ("memory.stat", "anon 0\nfile 0\n"),
             ("memory.oom.group", "0\n"),
+            ("memory.reclaim", ""),
             ("cpu.max", "max 100000\n"),
+            ("cpu.max.burst", "0\n"),
             ("cpu.weight", "100\n"),
+            ("cpu.idle", "0\n"),
             ("cpu.stat", "usage_usec 0\nuser_usec 0\nsystem_usec 0\nnr_periods 0\nnr_throttled 0\nthrottled_usec 0\n"),
             ("cpuset.cpus", ""),
             ("cpuset.mems", ""),
@@ -43,6 +54,11 @@ impl FakeFs {
             ("io.max", ""),
             ("io.weight", "default 100\n"),
             ("io.stat", ""),
+            ("hugetlb.2MB.max", "max\n"),
+            ("hugetlb.2MB.current", "0\n"),
+            ("hugetlb.2MB.events", "max 0\n"),
+            ("rdma.max", ""),
+            ("rdma.current", ""),
         ];
         FakeFs {
             files: files
@@ -53,12 +69,16 @@ impl FakeFs {
         }
     }
 
-    /// A fake v1 hierarchy: rename allowed, only cgroup.procs and tasks.
+    /// A fake v1 hierarchy: rename allowed, cgroup.procs, tasks and the
+    /// devices files (a hierarchy named `devices` then works).
     pub fn v1() -> Self {
         FakeFs {
             files: vec![
                 ("cgroup.procs".into(), String::new()),
                 ("tasks".into(), String::new()),
+                ("devices.allow".into(), String::new()),
+                ("devices.deny".into(), String::new()),
+                ("devices.list".into(), "a *:* rwm\n".into()),
             ],
             allow_rename: true,
         }
@@ -68,6 +88,13 @@ impl FakeFs {
     pub fn seed_root(&self, root: &Path) -> io::Result<()> {
         std::fs::create_dir_all(root)?;
         self.seed(root)
+    }
+
+    /// The device filter set on a fake cgroup, if any.
+    pub fn device_filter(dir: &Path) -> Option<Vec<Insn>> {
+        std::fs::read(dir.join(FILTER_FILE))
+            .ok()
+            .map(|b| decode_all(&b))
     }
 
     fn seed(&self, dir: &Path) -> io::Result<()> {
@@ -81,7 +108,15 @@ impl FakeFs {
 impl CgroupFs for FakeFs {
     fn mkdir(&self, path: &Path) -> io::Result<()> {
         std::fs::create_dir(path)?;
-        self.seed(path)
+        self.seed(path)?;
+        if !self.allow_rename {
+            let parent = path.parent().map(|p| p.join("cgroup.subtree_control"));
+            let on = parent
+                .and_then(|p| std::fs::read_to_string(p).ok())
+                .unwrap_or_default();
+            std::fs::write(path.join("cgroup.controllers"), on)?;
+        }
+        Ok(())
     }
 
     fn rmdir(&self, path: &Path) -> io::Result<()> {
@@ -124,6 +159,24 @@ impl CgroupFs for FakeFs {
                 cur.push('\n');
                 std::fs::write(path, cur)
             }
+            "cgroup.subtree_control" => {
+                let have = std::fs::read_to_string(path.with_file_name("cgroup.controllers"))?;
+                let mut on: Vec<String> = std::fs::read_to_string(path)?
+                    .split_whitespace()
+                    .map(str::to_string)
+                    .collect();
+                for tok in data.split_whitespace() {
+                    let (add, c) = tok.split_at(1);
+                    if !have.split_whitespace().any(|h| h == c) {
+                        return Err(io::Error::from_raw_os_error(libc::ENOENT));
+                    }
+                    on.retain(|x| x != c);
+                    if add == "+" {
+                        on.push(c.to_string());
+                    }
+                }
+                std::fs::write(path, on.join(" ") + "\n")
+            }
             "cgroup.freeze" => {
                 std::fs::write(path, data)?;
                 let frozen = data.trim() == "1";
@@ -140,5 +193,26 @@ impl CgroupFs for FakeFs {
 
     fn subdirs(&self, path: &Path) -> io::Result<Vec<String>> {
         super::RealFs.subdirs(path)
+    }
+
+    fn set_device_filter(&self, dir: &Path, prog: &[Insn]) -> crate::Result<()> {
+        let p: PathBuf = dir.join(FILTER_FILE);
+        if !dir.is_dir() {
+            return Err(crate::Error::io(
+                "open",
+                dir,
+                io::Error::from_raw_os_error(libc::ENOENT),
+            ));
+        }
+        std::fs::write(&p, encode_all(prog)).map_err(|e| crate::Error::io("write", p, e))
+    }
+
+    fn clear_device_filter(&self, dir: &Path) -> crate::Result<()> {
+        match std::fs::remove_file(dir.join(FILTER_FILE)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                Err(crate::Error::io("remove", dir, e))
+            }
+            _ => Ok(()),
+        }
     }
 }

@@ -5,6 +5,8 @@ mod fake;
 
 pub use fake::FakeFs;
 
+use crate::bpf::Insn;
+use crate::error::Error;
 use std::fmt::Debug;
 use std::fs::OpenOptions;
 use std::io::{self, Write};
@@ -29,6 +31,24 @@ pub trait CgroupFs: Send + Sync + Debug {
     /// Whether `path` exists.
     fn exists(&self, path: &Path) -> bool {
         path.exists()
+    }
+    /// v2: make `prog` the cgroup's BPF device filter, replacing the one
+    /// attached to `dir` with no moment without a filter.
+    fn set_device_filter(&self, dir: &Path, prog: &[Insn]) -> crate::Result<()>;
+    /// v2: detach every device filter attached to `dir` itself.
+    fn clear_device_filter(&self, dir: &Path) -> crate::Result<()>;
+}
+
+fn open_dir(dir: &Path) -> crate::Result<std::fs::File> {
+    std::fs::File::open(dir).map_err(|e| Error::io("open", dir, e))
+}
+
+fn bpf_err(dir: &Path, e: crate::bpf::BpfError) -> Error {
+    Error::Bpf {
+        call: e.call,
+        path: dir.to_path_buf(),
+        source: e.source,
+        log: e.log,
     }
 }
 
@@ -64,6 +84,18 @@ impl CgroupFs for RealFs {
         }
         Ok(out)
     }
+    fn set_device_filter(&self, dir: &Path, prog: &[Insn]) -> crate::Result<()> {
+        use std::os::fd::AsFd;
+        let f = open_dir(dir)?;
+        crate::bpf::replace_device_filter(f.as_fd(), prog).map_err(|e| bpf_err(dir, e))
+    }
+    fn clear_device_filter(&self, dir: &Path) -> crate::Result<()> {
+        use std::os::fd::AsFd;
+        let f = open_dir(dir)?;
+        crate::bpf::clear_device_filter(f.as_fd())
+            .map(drop)
+            .map_err(|e| bpf_err(dir, e))
+    }
 }
 
 /// Counts of tree-changing calls seen by a [`CountingFs`].
@@ -73,6 +105,15 @@ pub struct FsCounts {
     pub rmdir: u64,
     pub rename: u64,
     pub write: u64,
+    /// Device filters set or cleared (v2).
+    pub bpf: u64,
+}
+
+impl FsCounts {
+    /// mkdir + rmdir + rename: the directory work the kernel serialises.
+    pub fn dir_ops(&self) -> u64 {
+        self.mkdir + self.rmdir + self.rename
+    }
 }
 
 /// Wraps another [`CgroupFs`] and counts mkdir/rmdir/rename/write calls.
@@ -83,6 +124,7 @@ pub struct CountingFs {
     rmdir: AtomicU64,
     rename: AtomicU64,
     write: AtomicU64,
+    bpf: AtomicU64,
 }
 
 impl CountingFs {
@@ -93,6 +135,7 @@ impl CountingFs {
             rmdir: AtomicU64::new(0),
             rename: AtomicU64::new(0),
             write: AtomicU64::new(0),
+            bpf: AtomicU64::new(0),
         }
     }
 
@@ -103,6 +146,7 @@ impl CountingFs {
             rmdir: self.rmdir.load(Ordering::Relaxed),
             rename: self.rename.load(Ordering::Relaxed),
             write: self.write.load(Ordering::Relaxed),
+            bpf: self.bpf.load(Ordering::Relaxed),
         }
     }
 }
@@ -132,5 +176,13 @@ impl CgroupFs for CountingFs {
     }
     fn exists(&self, path: &Path) -> bool {
         self.inner.exists(path)
+    }
+    fn set_device_filter(&self, dir: &Path, prog: &[Insn]) -> crate::Result<()> {
+        self.bpf.fetch_add(1, Ordering::Relaxed);
+        self.inner.set_device_filter(dir, prog)
+    }
+    fn clear_device_filter(&self, dir: &Path) -> crate::Result<()> {
+        self.bpf.fetch_add(1, Ordering::Relaxed);
+        self.inner.clear_device_filter(dir)
     }
 }

@@ -12,7 +12,7 @@ use crate::fs::CgroupFs;
 use crate::oom::OomWatcher;
 use crate::path::CgroupPath;
 use crate::pool::{Pool, Released};
-use crate::resources::{self, Mode};
+use crate::resources::{self, devices, Mode};
 use crate::stats::{self, Stats};
 use crate::tree;
 use nix::sys::signal::{kill, Signal};
@@ -20,6 +20,7 @@ use nix::unistd::Pid;
 use oci_spec::runtime::LinuxResources;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,6 +32,10 @@ pub struct CgroupManager {
     pub(crate) dirs: Dirs,
     pub(crate) pool: Option<Arc<Pool>>,
     pub(crate) pooled: bool,
+    /// Set while this process counts the container as live in its parent
+    /// (created here, not yet destroyed); shared by clones.
+    pub(crate) live: Option<Arc<AtomicBool>>,
+    pub(crate) reclaim: bool,
     pub(crate) empty_timeout: Duration,
     pub(crate) freeze_timeout: Duration,
 }
@@ -41,12 +46,13 @@ impl CgroupManager {
         &self.path
     }
 
-    /// Where the cgroup lives (v1: one dir per hierarchy; v2: maybe a slot).
+    /// Where the cgroup lives (v1: one dir per hierarchy; v2: one dir),
+    /// always at the cgroupsPath.
     pub fn dirs(&self) -> &Dirs {
         &self.dirs
     }
 
-    /// Whether the cgroup came from the pool (no mkdir on create).
+    /// Whether the cgroup came from the pool (renamed, no mkdir on create).
     pub fn pooled(&self) -> bool {
         self.pooled
     }
@@ -71,6 +77,14 @@ impl CgroupManager {
                 field: "pid",
                 reason: format!("{pid} is not a process id"),
             });
+        }
+        // v2: an init started with clone3(CLONE_INTO_CGROUP) is already
+        // there; writing cgroup.procs again would still take the kernel's
+        // global threadgroup lock for nothing.
+        if let Dirs::V2(d) = &self.dirs {
+            if tree::in_cgroup_v2(d, pid) {
+                return Ok(());
+            }
         }
         for d in self.dirs.all() {
             ctl::write(self.fs.as_ref(), d, "cgroup.procs", &pid.to_string())?;
@@ -111,9 +125,17 @@ impl CgroupManager {
         }
     }
 
-    /// Signal every process: freeze (so none forks past us), signal, thaw.
-    /// Returns how many processes were signalled.
+    /// Signal every process: `cgroup.kill` for SIGKILL where the kernel has
+    /// it (v2, 5.14+: no fork can escape), else freeze (so none forks past
+    /// us), signal, thaw. Returns how many processes were signalled.
     pub fn kill_all(&self, sig: Signal) -> Result<usize> {
+        if let Dirs::V2(d) = &self.dirs {
+            if sig == Signal::SIGKILL && self.fs.exists(&d.join("cgroup.kill")) {
+                let n = self.pids()?.len();
+                ctl::write(self.fs.as_ref(), d, "cgroup.kill", "1")?;
+                return Ok(n);
+            }
+        }
         let frozen = self.freeze();
         if let Err(e) = &frozen {
             tracing::warn!(%e, "kill_all without a frozen cgroup");
@@ -134,7 +156,8 @@ impl CgroupManager {
         Ok(n)
     }
 
-    /// A directory fd for `clone3(CLONE_INTO_CGROUP)` (v2 only).
+    /// A directory fd of the container's cgroup (its exact path) for
+    /// `clone3(CLONE_INTO_CGROUP)`, so the init starts in it (v2 only).
     pub fn cgroup_dir_fd(&self) -> Result<OwnedFd> {
         let Dirs::V2(d) = &self.dirs else {
             return Err(Error::Unimplemented(
@@ -145,17 +168,38 @@ impl CgroupManager {
         Ok(OwnedFd::from(f))
     }
 
-    /// Wait until empty, then recycle into the pool or rmdir everywhere.
+    /// Wait until empty, then give the cgroup back: recycled or kept by
+    /// the pool (v1), or removed (on v2 after detaching its device filter).
     /// A cgroup that is already gone is fine (delete is idempotent).
     pub fn destroy(&self) -> Result<Option<Released>> {
         let fs = self.fs.as_ref();
+        let counted = self
+            .live
+            .as_ref()
+            .is_some_and(|t| t.swap(false, Ordering::AcqRel));
+        let parent = self.path.parent();
         if !self.dirs.all().iter().any(|d| fs.exists(d)) {
+            if let (true, Some(pool)) = (counted, &self.pool) {
+                pool.leave(&parent, pool.is_long_lived(&parent));
+            }
             return Ok(None);
         }
-        tree::wait_empty(fs, &self.dirs, self.empty_timeout)?;
+        if let Err(e) = tree::wait_empty(fs, &self.dirs, self.empty_timeout) {
+            // Still in use: a later destroy must count it again.
+            if let (true, Some(t)) = (counted, &self.live) {
+                t.store(true, Ordering::Release);
+            }
+            return Err(e);
+        }
+        if let Dirs::V2(d) = &self.dirs {
+            if let Err(e) = devices::clear_v2(fs, d) {
+                tracing::warn!(%e, "detaching the device filter before rmdir");
+            }
+        }
         match &self.pool {
-            Some(pool) => pool.release(&self.path, &self.dirs).map(Some),
-            None => tree::remove(fs, &self.dirs).map(|()| Some(Released::Removed)),
+            Some(pool) => pool.release(&self.path, &self.dirs, counted).map(Some),
+            None => tree::remove_reclaiming(fs, &self.dirs, self.reclaim)
+                .map(|()| Some(Released::Removed)),
         }
     }
 

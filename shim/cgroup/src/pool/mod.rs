@@ -1,90 +1,51 @@
-//! The node-wide cgroup pool (RunD's lesson): empty cgroups made ahead of
-//! time under the parent of a container's cgroupsPath, handed out by rename
-//! (v1) or by an exclusive claim file (v2), and recycled on delete.
+//! The cgroup pool (RunD's lesson), cgroup v1 only: a cgroup is handed to a
+//! container by rename, so the container still gets its exact path. v2
+//! refuses rename, so there is no pool on v2.
 //!
-//! v1 protocol, for one slot `.rund-pool-X` present in every hierarchy:
-//! * **claim**: rename `X` to the container name in the *leader* hierarchy
-//!   (the first by name). Whoever wins that rename owns X everywhere; the
-//!   loser gets ENOENT and tries the next slot. The owner then renames X in
-//!   the other hierarchies, which nobody else touches. No lock.
-//! * **refill** (under `refill.lock`): mkdir X in the followers first and in
-//!   the leader last, so a slot is claimable only once it is complete.
-//! * **recycle**: reset limits, rename followers back first, leader last.
-//! * **crash**: a crash in any of these leaves follower-only slots (no leader
-//!   dir); refill and gc remove them. A claimer that finds a follower slot
-//!   missing falls back to mkdir for that hierarchy.
+//! Two ways a container's cgroup comes from the pool:
+//! * **shared slots** (`v1.rs`) under the long-lived parents (config
+//!   `pool_parents`, default `/default`, or `rund pool warm`): empty
+//!   cgroups made in batches, claimed by rename in the *leader* hierarchy
+//!   (whoever wins that rename owns the slot everywhere), recycled on delete;
+//! * **kept cgroups** (`keep.rs`) inside any other parent, such as a pod's
+//!   cgroup: the cgroup of a container that exited serves the same shim's
+//!   next container in that parent. Such a parent is never batch-filled.
+//!
+//! `gc.rs` removes what a crash left behind, and the state of parents that
+//! are gone.
 
+mod config;
+mod gc;
+mod keep;
 mod refiller;
-mod reset;
+pub(crate) mod reset;
 mod state;
 mod v1;
-mod v2;
 
+pub use config::{CgroupConfig, Switch};
 pub use state::Counters;
-pub(crate) use v2::mapped_slot;
 
 use crate::dirs::Dirs;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fs::CgroupFs;
 use crate::hierarchy::Hierarchy;
 use crate::path::{CgroupPath, SLOT_PREFIX};
-use serde::{Deserialize, Serialize};
-use state::ParentState;
+use serde::Serialize;
+use state::{Meta, ParentState};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-
-/// `on` / `off`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Switch {
-    #[default]
-    On,
-    Off,
-}
-
-/// The `[cgroup]` section of rund's config.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct CgroupConfig {
-    /// `cgroup.pool = on|off`.
-    pub pool: Switch,
-    /// Slots made per refill batch.
-    pub batch: usize,
-    /// Refill when fewer free slots than this remain.
-    pub low: usize,
-    /// Remove (rather than recycle) cgroups past this many free slots.
-    pub high: usize,
-    /// Lock, counter and mapping files.
-    pub state_dir: PathBuf,
-    /// How long destroy waits for the cgroup to empty.
-    pub empty_timeout_ms: u64,
-    /// How long freeze waits for the freezer to settle.
-    pub freeze_timeout_ms: u64,
-}
-
-impl Default for CgroupConfig {
-    fn default() -> Self {
-        CgroupConfig {
-            pool: Switch::On,
-            batch: 32,
-            low: 16,
-            high: 128,
-            state_dir: PathBuf::from("/run/rund/cgroup-pool"),
-            empty_timeout_ms: 5000,
-            freeze_timeout_ms: 5000,
-        }
-    }
-}
 
 /// One line of `rund pool status`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PoolStatus {
     /// The parent, relative to the hierarchy roots.
     pub parent: PathBuf,
+    /// Listed in `[cgroup] pool_parents` (else warmed).
+    pub configured: bool,
     /// Complete slots ready to claim.
     pub free: usize,
-    /// Slots in use by containers (v1: the parent's non-slot children).
+    /// The parent's non-slot children (containers).
     pub claimed: usize,
     pub counters: Counters,
 }
@@ -92,11 +53,15 @@ pub struct PoolStatus {
 /// What gc did.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
 pub struct GcReport {
+    /// Long-lived parents looked at.
     pub parents: usize,
+    /// Cgroup directories removed.
     pub removed: usize,
+    /// State dirs removed (their parent is gone or no longer pooled).
+    pub states_removed: usize,
 }
 
-/// A claimed slot.
+/// A cgroup taken from the pool.
 #[derive(Debug)]
 pub struct Claim {
     pub dirs: Dirs,
@@ -108,17 +73,22 @@ pub struct Claim {
 /// How a released cgroup ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Released {
+    /// Back among the shared slots of a long-lived parent.
     Recycled,
+    /// Kept for this shim's next container in the same parent.
+    Kept,
     Removed,
 }
 
-/// The pool. One per shim process; processes share it through the cgroup
-/// tree and the state dir.
+/// The pool. One per shim process; processes share the shared slots
+/// through the cgroup tree and the state dir.
 #[derive(Debug)]
 pub struct Pool {
     pub(crate) hier: Hierarchy,
     pub(crate) fs: Arc<dyn CgroupFs>,
     pub(crate) cfg: CgroupConfig,
+    configured: Vec<PathBuf>,
+    keeper: keep::Keeper,
     refiller: Mutex<Option<refiller::Handle>>,
 }
 
@@ -156,12 +126,22 @@ pub(crate) fn is_slot(name: &str) -> bool {
     name.starts_with(SLOT_PREFIX)
 }
 
+fn v2_refused() -> Error {
+    Error::Unimplemented(
+        "the cgroup pool needs cgroup v1: the kernel refuses rename on cgroup v2, \
+         so a pooled cgroup could not be at its container's exact path"
+            .into(),
+    )
+}
+
 impl Pool {
     pub fn new(hier: Hierarchy, fs: Arc<dyn CgroupFs>, cfg: CgroupConfig) -> Self {
         Pool {
+            configured: cfg.parents_rel(),
             hier,
             fs,
             cfg,
+            keeper: keep::Keeper::default(),
             refiller: Mutex::new(None),
         }
     }
@@ -170,7 +150,7 @@ impl Pool {
         &self.cfg
     }
 
-    /// The leader's directory for `rel` (v2: the one directory).
+    /// The leader's directory for `rel`.
     pub(crate) fn leader_dir(&self, rel: &Path) -> PathBuf {
         self.hier.roots()[0].join(rel)
     }
@@ -179,48 +159,63 @@ impl Pool {
         ParentState::open(&self.cfg.state_dir, &self.leader_dir(parent), parent)
     }
 
+    /// Whether `parent` gets shared slots: configured, or warmed and still
+    /// there.
+    pub fn is_long_lived(&self, parent: &Path) -> bool {
+        if self.configured.iter().any(|p| p == parent) {
+            return true;
+        }
+        ParentState::existing(&self.cfg.state_dir, &self.leader_dir(parent))
+            .and_then(|st| ParentState::meta(&st.dir).ok())
+            .is_some_and(|m| m.warmed)
+    }
+
     /// Free slot names under `parent` (complete slots: present in the leader).
     pub fn free_slots(&self, parent: &Path) -> Result<Vec<String>> {
-        if self.hier.is_v2() {
-            return v2::free_slots(self, parent);
-        }
         let dir = self.leader_dir(parent);
         match self.fs.subdirs(&dir) {
             Ok(v) => Ok(v.into_iter().filter(|n| is_slot(n)).collect()),
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(Vec::new()),
-            Err(e) => Err(crate::error::Error::io("readdir", dir, e)),
+            Err(e) => Err(Error::io("readdir", dir, e)),
         }
     }
 
-    /// Claim a slot for `path`: `Ok(None)` when the pool has none free (the
-    /// caller then falls back to mkdir). Asks the refiller to top up once
-    /// fewer than `low` free slots remain (waking it on every claim would
-    /// compete with the starts for CPU).
+    /// Claim a shared slot of a long-lived parent: `Ok(None)` when there is
+    /// none (the caller then makes the cgroup). Asks the refiller to top up
+    /// once fewer than `low` free slots remain (waking it on every claim
+    /// would compete with the starts for CPU).
     pub fn claim(&self, path: &CgroupPath) -> Result<Option<Claim>> {
-        let (got, seen) = if self.hier.is_v2() {
-            v2::claim(self, path)?
-        } else {
-            v1::claim(self, path)?
-        };
+        if self.hier.is_v2() {
+            return Ok(None);
+        }
+        let (got, seen) = v1::claim(self, path)?;
         if seen <= self.cfg.low {
             self.request_refill(&path.parent());
         }
         Ok(got)
     }
 
-    /// Return an empty cgroup to the pool (or remove it past high water or
-    /// when its limits cannot be reset). The caller waited for it to empty.
-    pub fn release(&self, path: &CgroupPath, dirs: &Dirs) -> Result<Released> {
-        if self.hier.is_v2() {
-            v2::release(self, path, dirs)
-        } else {
-            v1::release(self, path, dirs)
+    /// Give back an empty cgroup (the caller waited for it to empty):
+    /// recycled into a long-lived parent's slots, kept for this process's
+    /// next container in the parent, or removed. `counted`: the container
+    /// was created by this process (not loaded).
+    pub fn release(&self, path: &CgroupPath, dirs: &Dirs, counted: bool) -> Result<Released> {
+        let parent = path.parent();
+        if self.hier.is_v2() || !self.is_long_lived(&parent) {
+            return self.release_local(path, dirs, counted);
         }
+        if counted {
+            self.leave(&parent, true);
+        }
+        v1::release(self, path, dirs)
     }
 
-    /// Top up `parent` if it is below the low water mark. Returns the number
-    /// of slots made (0 if another process holds the refill lock).
+    /// Top up a long-lived `parent` below the low water mark. Returns the
+    /// number of slots made (0 if another process holds the refill lock).
     pub fn refill(&self, parent: &Path) -> Result<usize> {
+        if self.hier.is_v2() || !self.is_long_lived(parent) {
+            return Ok(0);
+        }
         let st = self.state(parent)?;
         let Some(_lock) = st.try_refill_lock()? else {
             return Ok(0);
@@ -235,9 +230,18 @@ impl Pool {
     }
 
     /// Fill `parent` up to `target` free slots (capped at high), waiting for
-    /// the refill lock. For tests, benches and a warm start.
+    /// the refill lock; the parent becomes long-lived until it is removed.
     pub fn warm(&self, parent: &Path, target: usize) -> Result<usize> {
+        if self.hier.is_v2() {
+            return Err(v2_refused());
+        }
         let st = self.state(parent)?;
+        if !self.configured.iter().any(|p| p == parent) {
+            st.write_meta(&Meta {
+                rel: parent.to_path_buf(),
+                warmed: true,
+            })?;
+        }
         let _lock = st.refill_lock()?;
         self.gc_parent_locked(parent, false)?;
         let free = self.free_slots(parent)?.len();
@@ -255,12 +259,7 @@ impl Pool {
         let mut res = Ok(());
         while free + made < target {
             let n = self.cfg.batch.max(1).min(target - free - made);
-            let r = if self.hier.is_v2() {
-                v2::make_slots(self, parent, n)
-            } else {
-                v1::make_slots(self, parent, n)
-            };
-            match r {
+            match v1::make_slots(self, parent, n) {
                 Ok(k) => made += k,
                 Err(e) => {
                     res = Err(e);
@@ -277,56 +276,67 @@ impl Pool {
         res.map(|()| made)
     }
 
-    /// Remove stale pieces of `parent`'s pool and slots past high water
-    /// (caller holds the refill lock). `drain` removes every free slot.
+    /// Remove stale pieces of a long-lived `parent`'s pool and slots past
+    /// high water (caller holds the refill lock). `drain` removes every
+    /// free slot.
     fn gc_parent_locked(&self, parent: &Path, drain: bool) -> Result<usize> {
         let keep = if drain { 0 } else { self.cfg.high };
-        let n = if self.hier.is_v2() {
-            v2::gc(self, parent, keep)?
-        } else {
-            v1::gc(self, parent, keep)?
-        };
+        let n = v1::gc(self, parent, keep)?;
         if n > 0 {
             self.state(parent)?.bump(|c| c.gc_removed += n as u64)?;
         }
         Ok(n)
     }
 
-    /// The parents this node has pools for (from the state dir).
-    pub fn parents(&self) -> Result<Vec<PathBuf>> {
+    /// The parents with a state dir on this node under this tree's root.
+    pub(crate) fn state_parents(&self) -> Vec<(PathBuf, ParentState)> {
         let mut out = Vec::new();
         let Ok(rd) = std::fs::read_dir(&self.cfg.state_dir) else {
-            return Ok(out);
+            return out;
         };
         for e in rd.flatten() {
             if let Ok(meta) = ParentState::meta(&e.path()) {
                 // Another root (e.g. a test tree) shares the state dir: skip it.
-                let st = self.state(&meta.rel)?;
-                if st.dir == e.path() {
-                    out.push(meta.rel);
+                let want = ParentState::existing(&self.cfg.state_dir, &self.leader_dir(&meta.rel));
+                if want.is_some_and(|s| s.dir == e.path()) {
+                    out.push((meta.rel, ParentState { dir: e.path() }));
                 }
             }
         }
-        out.sort();
-        Ok(out)
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// The long-lived parents that have a pool on this node.
+    pub fn parents(&self) -> Result<Vec<PathBuf>> {
+        Ok(self
+            .state_parents()
+            .into_iter()
+            .map(|(p, _)| p)
+            .filter(|p| self.is_long_lived(p) && self.fs.exists(&self.leader_dir(p)))
+            .collect())
     }
 
     /// `rund pool status`.
     pub fn status(&self) -> Result<Vec<PoolStatus>> {
         let mut out = Vec::new();
+        if self.hier.is_v2() {
+            return Ok(out);
+        }
         for parent in self.parents()? {
             let st = self.state(&parent)?;
             let free = self.free_slots(&parent)?.len();
-            let claimed = if self.hier.is_v2() {
-                v2::claimed_count(&st)
-            } else {
-                let dir = self.leader_dir(&parent);
-                self.fs
-                    .subdirs(&dir)
-                    .map(|v| v.iter().filter(|n| !is_slot(n)).count())
-                    .unwrap_or(0)
-            };
+            let claimed = self
+                .fs
+                .subdirs(&self.leader_dir(&parent))
+                .map(|v| {
+                    v.iter()
+                        .filter(|n| !n.starts_with(crate::path::RESERVED_PREFIX))
+                        .count()
+                })
+                .unwrap_or(0);
             out.push(PoolStatus {
+                configured: self.configured.contains(&parent),
                 parent,
                 free,
                 claimed,
@@ -336,21 +346,36 @@ impl Pool {
         Ok(out)
     }
 
-    /// `rund pool gc`: remove half-made and orphaned slots and slots past
-    /// high water in every pool; with `drain`, every free slot.
+    /// `rund pool gc`: in long-lived parents, half-made and orphaned slots
+    /// and slots past high water (with `drain`, every free slot); the kept
+    /// cgroups of dead shims anywhere; and the slots and state of parents
+    /// that are gone or no longer pooled (v2: every one).
     pub fn gc(&self, drain: bool) -> Result<GcReport> {
         let mut rep = GcReport::default();
-        for parent in self.parents()? {
-            let st = self.state(&parent)?;
+        for (parent, st) in self.state_parents() {
+            let exists = self.fs.exists(&self.leader_dir(&parent));
+            if self.hier.is_v2() || !exists || !self.is_long_lived(&parent) {
+                let _lock = st.refill_lock()?;
+                if exists {
+                    rep.removed += gc::drain_parent(self, &parent);
+                }
+                st.remove()?;
+                rep.states_removed += 1;
+                continue;
+            }
             let _lock = st.refill_lock()?;
             rep.parents += 1;
             rep.removed += self.gc_parent_locked(&parent, drain)?;
         }
+        rep.removed += gc::sweep_kept(self);
         Ok(rep)
     }
 
-    /// Start the background refiller thread (idempotent).
+    /// Start the background refiller thread (idempotent; v1 only).
     pub fn start_refiller(self: &Arc<Self>) {
+        if self.hier.is_v2() {
+            return;
+        }
         let mut g = self.refiller.lock().unwrap_or_else(|e| e.into_inner());
         if g.is_none() {
             *g = Some(refiller::Handle::spawn(Arc::downgrade(self)));

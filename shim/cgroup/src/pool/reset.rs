@@ -8,7 +8,7 @@ use crate::fs::CgroupFs;
 use std::path::Path;
 
 /// v1: every limit rund can set, plus the peak/fail counters.
-pub(super) fn v1(fs: &dyn CgroupFs, dirs: &Dirs) -> Result<()> {
+pub(crate) fn v1(fs: &dyn CgroupFs, dirs: &Dirs) -> Result<()> {
     let Dirs::V1(list) = dirs else { return Ok(()) };
     for (h, d) in list {
         for c in &h.controllers {
@@ -27,7 +27,7 @@ pub(super) fn v1(fs: &dyn CgroupFs, dirs: &Dirs) -> Result<()> {
                 }
                 "pids" => write(fs, d, "pids.max", "max")?,
                 "blkio" => blkio(fs, d)?,
-                "devices" => crate::resources::devices::apply_v1_baseline(fs, d)?,
+                "devices" => crate::resources::devices::v1::apply_v1_baseline(fs, d)?,
                 "freezer" => write(fs, d, "freezer.state", "THAWED")?,
                 "hugetlb" => each_matching(fs, d, "hugetlb.", ".limit_in_bytes", "-1")?,
                 "net_cls" => write(fs, d, "net_cls.classid", "0")?,
@@ -125,40 +125,4 @@ fn each_matching(
         }
     }
     Ok(())
-}
-
-/// v2: every limit file rund can write, back to the kernel default.
-pub(super) fn v2(fs: &dyn CgroupFs, d: &Path) -> Result<()> {
-    for (f, v) in [
-        ("memory.swap.max", "max"),
-        ("memory.max", "max"),
-        ("memory.high", "max"),
-        ("memory.low", "0"),
-        ("memory.min", "0"),
-        ("memory.oom.group", "0"),
-        ("cpu.max", "max 100000"),
-        ("cpu.max.burst", "0"),
-        ("cpu.weight", "100"),
-        ("cpu.idle", "0"),
-        ("cpuset.cpus", "\n"),
-        ("cpuset.mems", "\n"),
-        ("pids.max", "max"),
-        ("io.weight", "default 100"),
-        ("io.bfq.weight", "default 100"),
-        ("cgroup.freeze", "0"),
-    ] {
-        write_if_exists(fs, d, f, v)?;
-    }
-    if fs.exists(&d.join("io.max")) {
-        let text = ctl::read(fs, d, "io.max")?;
-        for dev in text.lines().filter_map(|l| l.split_whitespace().next()) {
-            write(
-                fs,
-                d,
-                "io.max",
-                &format!("{dev} rbps=max wbps=max riops=max wiops=max"),
-            )?;
-        }
-    }
-    each_matching(fs, d, "hugetlb.", ".max", "max")
 }

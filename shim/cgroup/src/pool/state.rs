@@ -1,6 +1,6 @@
 //! The pool's on-disk state, shared by every shim on the node: one directory
-//! per pooled parent under the state dir, with two lock files, counters, and
-//! (v2 only) claim and container->slot mapping files.
+//! per long-lived parent under the state dir, with two lock files, counters
+//! and what the parent is. gc removes it once the parent is gone.
 
 use crate::error::{Error, Result};
 use crate::path::escape_key;
@@ -9,7 +9,6 @@ use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 /// Counters of one pool, kept in `counters.json` under `counters.lock`.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,6 +30,9 @@ pub struct Counters {
 pub(crate) struct Meta {
     /// The parent, relative to the hierarchy roots.
     pub rel: PathBuf,
+    /// `rund pool warm` made it long-lived (else it came from the config).
+    #[serde(default)]
+    pub warmed: bool,
 }
 
 /// The state directory of one pooled parent.
@@ -49,6 +51,27 @@ fn state_err(path: &Path, e: impl std::fmt::Display) -> Error {
 impl ParentState {
     /// `leader_parent` (an absolute cgroup dir) names the pool uniquely.
     pub fn open(state_dir: &Path, leader_parent: &Path, rel: &Path) -> Result<Self> {
+        let dir = state_dir.join(Self::key(leader_parent));
+        let st = ParentState { dir };
+        if !st.dir.join("meta.json").exists() {
+            std::fs::create_dir_all(&st.dir).map_err(|e| state_err(&st.dir, e))?;
+            st.write_meta(&Meta {
+                rel: rel.to_path_buf(),
+                warmed: false,
+            })?;
+        }
+        Ok(st)
+    }
+
+    /// The state dir of `leader_parent` if there is one (never creates it).
+    pub fn existing(state_dir: &Path, leader_parent: &Path) -> Option<Self> {
+        let dir = state_dir.join(Self::key(leader_parent));
+        dir.join("meta.json")
+            .exists()
+            .then_some(ParentState { dir })
+    }
+
+    fn key(leader_parent: &Path) -> String {
         let mut key = escape_key(&leader_parent.to_string_lossy());
         if key.len() > 200 {
             let h = key.bytes().fold(0xcbf29ce484222325u64, |h, b| {
@@ -56,17 +79,20 @@ impl ParentState {
             });
             key = format!("{}-{h:016x}", &key[..150]);
         }
-        let dir = state_dir.join(key);
-        let st = ParentState { dir };
-        if !st.dir.join("meta.json").exists() {
-            std::fs::create_dir_all(&st.dir).map_err(|e| state_err(&st.dir, e))?;
-            let meta = Meta {
-                rel: rel.to_path_buf(),
-            };
-            let text = serde_json::to_string(&meta).map_err(|e| state_err(&st.dir, e))?;
-            write_atomic(&st.dir.join("meta.json"), text.as_bytes())?;
+        key
+    }
+
+    pub fn write_meta(&self, meta: &Meta) -> Result<()> {
+        let text = serde_json::to_string(meta).map_err(|e| state_err(&self.dir, e))?;
+        write_atomic(&self.dir.join("meta.json"), text.as_bytes())
+    }
+
+    /// Remove the whole state dir (its parent cgroup is gone).
+    pub fn remove(&self) -> Result<()> {
+        match std::fs::remove_dir_all(&self.dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(state_err(&self.dir, e)),
+            _ => Ok(()),
         }
-        Ok(st)
     }
 
     pub fn meta(dir: &Path) -> Result<Meta> {
@@ -118,14 +144,6 @@ impl ParentState {
         let text = serde_json::to_string(&c).map_err(|e| state_err(&self.dir, e))?;
         write_atomic(&self.dir.join("counters.json"), text.as_bytes())
     }
-
-    pub fn claims_dir(&self) -> PathBuf {
-        self.dir.join("claims")
-    }
-
-    pub fn containers_dir(&self) -> PathBuf {
-        self.dir.join("containers")
-    }
 }
 
 /// Write to a temp file and rename over `path`.
@@ -144,31 +162,4 @@ fn tmp_name(path: &Path) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
     s.push(format!(".tmp-{n}"));
     PathBuf::from(s)
-}
-
-/// Create `path` holding `data` only if it does not exist yet, atomically
-/// (a complete file appears or nothing): write a temp file, then link(2).
-/// `Ok(false)` means it already existed.
-pub(crate) fn create_exclusive(path: &Path, data: &[u8]) -> Result<bool> {
-    if let Some(p) = path.parent() {
-        std::fs::create_dir_all(p).map_err(|e| state_err(p, e))?;
-    }
-    let tmp = tmp_name(path);
-    std::fs::write(&tmp, data).map_err(|e| state_err(&tmp, e))?;
-    let r = std::fs::hard_link(&tmp, path);
-    let _ = std::fs::remove_file(&tmp);
-    match r {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
-        Err(e) => Err(state_err(path, e)),
-    }
-}
-
-/// Age of a file, zero if unknown.
-pub(crate) fn age(path: &Path) -> std::time::Duration {
-    std::fs::metadata(path)
-        .and_then(|m| m.modified())
-        .ok()
-        .and_then(|t| SystemTime::now().duration_since(t).ok())
-        .unwrap_or_default()
 }

@@ -5,7 +5,7 @@ use crate::dirs::Dirs;
 use crate::error::{Error, Result};
 use crate::hierarchy::V1Hierarchy;
 use crate::path::CgroupPath;
-use crate::resources::devices;
+use crate::resources::devices::v1 as devices;
 use crate::{ctl, tree};
 use std::collections::BTreeSet;
 use std::io;
@@ -116,7 +116,7 @@ pub(super) fn release(pool: &Pool, path: &CgroupPath, dirs: &Dirs) -> Result<Rel
     let st = pool.state(&parent)?;
     let remove = |why: &str| -> Result<Released> {
         tracing::debug!(path = %path.rel().display(), why, "cgroup removed, not recycled");
-        tree::remove(fs, dirs)?;
+        tree::remove_reclaiming(fs, dirs, pool.cfg.reclaim_on_remove)?;
         st.bump(|c| c.removed += 1)?;
         Ok(Released::Removed)
     };
@@ -262,7 +262,8 @@ pub(super) fn gc(pool: &Pool, parent: &Path, keep: usize) -> Result<usize> {
                 continue;
             }
         }
-        if n.starts_with(crate::path::RESERVED_PREFIX) {
+        // Kept cgroups belong to their shim (see keep.rs), not to this pool.
+        if n.starts_with(crate::path::RESERVED_PREFIX) && !n.starts_with(super::keep::KEPT_PREFIX) {
             removed += usize::from(tree::rmdir_retry(fs, &leader_parent.join(&n)).is_ok());
         }
     }
@@ -295,16 +296,9 @@ pub(super) fn gc(pool: &Pool, parent: &Path, keep: usize) -> Result<usize> {
 
 /// Whether the process that started a recycle (pid in hex first) still runs.
 fn recycler_alive(suffix: &str) -> bool {
-    let Some(pid) = suffix
+    suffix
         .split('-')
         .next()
         .and_then(|p| i32::from_str_radix(p, 16).ok())
-    else {
-        return false;
-    };
-    // Signal 0 only checks existence; EPERM still means it exists.
-    !matches!(
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
-        Err(nix::Error::ESRCH)
-    )
+        .is_some_and(super::keep::pid_alive)
 }

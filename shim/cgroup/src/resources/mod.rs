@@ -5,11 +5,12 @@ mod v1;
 mod v2;
 
 pub use devices::{allow_rules_for_devices, is_allow_all, DEFAULT_ALLOWED_DEVICES};
+pub use v2::shares_to_weight;
 
 use crate::dirs::Dirs;
 use crate::error::{Error, Result};
 use crate::fs::CgroupFs;
-use oci_spec::runtime::LinuxResources;
+use oci_spec::runtime::{LinuxRdma, LinuxResources};
 
 /// Create-time apply versus a live update.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,13 +27,22 @@ pub enum Mode {
 /// Validate, then write every resource present in `res`.
 pub fn apply(fs: &dyn CgroupFs, dirs: &Dirs, res: &LinuxResources, mode: Mode) -> Result<()> {
     validate(res)?;
-    if res.rdma().as_ref().is_some_and(|r| !r.is_empty()) {
-        return Err(Error::Unimplemented("linux.resources.rdma".into()));
-    }
     match dirs {
         Dirs::V1(_) => v1::apply(fs, dirs, res, mode),
-        Dirs::V2(dir) => v2::apply(fs, dir, res),
+        Dirs::V2(dir) => v2::apply(fs, dir, res, mode),
     }
+}
+
+/// One `rdma.max` line (the same on v1 and v2): `dev hca_handle=N hca_object=M`.
+pub(crate) fn rdma_line(dev: &str, l: &LinuxRdma) -> String {
+    let mut s = dev.to_string();
+    if let Some(h) = l.hca_handles() {
+        s.push_str(&format!(" hca_handle={h}"));
+    }
+    if let Some(o) = l.hca_objects() {
+        s.push_str(&format!(" hca_object={o}"));
+    }
+    s
 }
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
@@ -102,6 +112,23 @@ pub fn validate(res: &LinuxResources) -> Result<()> {
             }
         }
     }
+    for h in res.hugepage_limits().iter().flatten() {
+        let ps = h.page_size();
+        if ps.is_empty() || !ps.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Err(invalid(
+                "hugepageLimits.pageSize",
+                format!("{ps:?} (like 2MB or 1GB)"),
+            ));
+        }
+    }
+    for dev in res.rdma().iter().flatten().map(|(k, _)| k) {
+        if dev.is_empty() || dev.contains(|c: char| c.is_whitespace() || c == '\0' || c == '/') {
+            return Err(invalid("rdma", format!("device name {dev:?}")));
+        }
+    }
+    v2::validate_unified(res)?;
+    // The device rules as a whole (runc refuses some lists v1 would accept).
+    devices::emulate(res.devices().as_deref().unwrap_or(&[]))?;
     Ok(())
 }
 

@@ -1,7 +1,7 @@
 //! cgroup v1 controllers, written by hand: cpu and cpuacct are separate
 //! hierarchies on the target host, and each file goes through the fs seam.
 
-use super::{devices, invalid, Mode};
+use super::{devices::v1 as devices, invalid, rdma_line, Mode};
 use crate::ctl::{self, write};
 use crate::dirs::Dirs;
 use crate::error::{Error, Result};
@@ -47,6 +47,14 @@ pub(super) fn apply(
         for p in n.priorities().iter().flatten() {
             let v = format!("{} {}", p.name(), p.priority());
             write(fs, need("net_prio")?, "net_prio.ifpriomap", &v)?;
+        }
+    }
+    if let Some(r) = res.rdma().as_ref().filter(|r| !r.is_empty()) {
+        let dir = need("rdma")?;
+        let mut devs: Vec<_> = r.iter().collect();
+        devs.sort_by_key(|(k, _)| k.as_str());
+        for (dev, l) in devs {
+            write(fs, dir, "rdma.max", &rdma_line(dev, l))?;
         }
     }
     if res.unified().as_ref().is_some_and(|u| !u.is_empty()) {

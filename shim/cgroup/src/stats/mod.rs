@@ -22,6 +22,8 @@ pub struct MemoryStats {
     pub rss: u64,
     pub swap_usage: u64,
     pub swap_limit: u64,
+    /// Peak swap usage (v2 memory.swap.peak when present).
+    pub swap_max_usage: u64,
     /// Every counter of memory.stat, as the kernel names it.
     pub raw: BTreeMap<String, u64>,
 }
@@ -37,6 +39,51 @@ pub struct CpuStats {
     pub throttling_periods: u64,
     pub throttled_periods: u64,
     pub throttled_time: u64,
+    /// v2 cpu.stat nr_bursts and burst_usec (in ns).
+    pub bursts: u64,
+    pub burst_time: u64,
+}
+
+/// v2 memory.events.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct MemoryEvents {
+    pub low: u64,
+    pub high: u64,
+    pub max: u64,
+    pub oom: u64,
+    pub oom_kill: u64,
+    pub oom_group_kill: u64,
+}
+
+/// v2 io.stat of one device.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct IoEntry {
+    pub major: u64,
+    pub minor: u64,
+    pub rbytes: u64,
+    pub wbytes: u64,
+    pub rios: u64,
+    pub wios: u64,
+}
+
+/// Hugepage usage of one page size, in bytes (`u64::MAX` = no limit).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct HugetlbStats {
+    /// e.g. `2MB`.
+    pub page_size: String,
+    pub usage: u64,
+    pub max_usage: u64,
+    pub limit: u64,
+    /// Allocations refused by the limit.
+    pub failcnt: u64,
+}
+
+/// rdma.current or rdma.max of one device (`u32::MAX` = max).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RdmaEntry {
+    pub device: String,
+    pub hca_handles: u32,
+    pub hca_objects: u32,
 }
 
 /// Task count and limit (`u64::MAX` = no limit).
@@ -73,6 +120,13 @@ pub struct Stats {
     pub cpu: CpuStats,
     pub pids: PidsStats,
     pub blkio: BlkioStats,
+    /// Per-device io.stat (v2).
+    pub io: Vec<IoEntry>,
+    pub hugetlb: Vec<HugetlbStats>,
+    pub rdma_current: Vec<RdmaEntry>,
+    pub rdma_limit: Vec<RdmaEntry>,
+    /// v2 only.
+    pub memory_events: MemoryEvents,
     /// memory.oom_control oom_kill (v1) or memory.events oom_kill (v2).
     pub oom_kills: u64,
 }

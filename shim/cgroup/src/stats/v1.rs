@@ -1,4 +1,4 @@
-use super::{BlkioEntry, BlkioStats, CpuStats, MemoryStats, PidsStats, Stats};
+use super::{BlkioEntry, BlkioStats, CpuStats, HugetlbStats, MemoryStats, PidsStats, Stats};
 use crate::ctl::{self, kv_get};
 use crate::dirs::Dirs;
 use crate::error::Result;
@@ -22,7 +22,45 @@ pub(super) fn read(fs: &dyn CgroupFs, dirs: &Dirs) -> Result<Stats> {
     if let Some(d) = dirs.v1("blkio") {
         s.blkio = blkio(fs, d)?;
     }
+    if let Some(d) = dirs.v1("hugetlb") {
+        s.hugetlb = hugetlb(fs, d)?;
+    }
+    if let Some(d) = dirs.v1("rdma") {
+        s.rdma_current = super::v2::rdma(&ctl::read(fs, d, "rdma.current")?);
+        s.rdma_limit = super::v2::rdma(&ctl::read(fs, d, "rdma.max")?);
+    }
     Ok(s)
+}
+
+/// `hugetlb.<size>.*_in_bytes` and `failcnt` for every page size.
+fn hugetlb(fs: &dyn CgroupFs, d: &Path) -> Result<Vec<HugetlbStats>> {
+    let mut sizes: Vec<String> = std::fs::read_dir(d)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    let ps = n
+                        .strip_prefix("hugetlb.")?
+                        .strip_suffix(".limit_in_bytes")?;
+                    (!ps.contains('.')).then(|| ps.to_string())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    sizes.sort();
+    sizes
+        .into_iter()
+        .map(|ps| {
+            let f = |k: &str| ctl::read_u64(fs, d, &format!("hugetlb.{ps}.{k}"));
+            Ok(HugetlbStats {
+                usage: f("usage_in_bytes")?,
+                max_usage: f("max_usage_in_bytes")?,
+                limit: f("limit_in_bytes")?,
+                failcnt: f("failcnt")?,
+                page_size: ps,
+            })
+        })
+        .collect()
 }
 
 fn memory(fs: &dyn CgroupFs, d: &Path) -> Result<MemoryStats> {
@@ -47,6 +85,7 @@ fn memory(fs: &dyn CgroupFs, d: &Path) -> Result<MemoryStats> {
             .unwrap_or(0),
         swap_usage: memsw.map_or(0, |m| m.saturating_sub(usage)),
         swap_limit: ctl::read_u64_opt(fs, d, "memory.memsw.limit_in_bytes")?.unwrap_or(0),
+        swap_max_usage: 0,
         raw,
     })
 }

@@ -71,7 +71,17 @@ impl TestTree {
             rund_skip::skip!("needs root");
         }
         let mount = match Hierarchy::detect() {
-            Ok(Hierarchy::V2 { root }) => root,
+            Ok(Hierarchy::V2 { root }) => {
+                // A bare cgroup2 mount (a test VM without systemd) delegates
+                // nothing; a root cgroup may enable controllers with
+                // processes in it.
+                let have =
+                    std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
+                for c in have.split_whitespace() {
+                    let _ = std::fs::write(root.join("cgroup.subtree_control"), format!("+{c}"));
+                }
+                root
+            }
             Ok(Hierarchy::V1 {
                 unified: Some(u), ..
             }) => u,

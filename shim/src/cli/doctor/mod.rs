@@ -84,6 +84,9 @@ pub fn render(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
         "cgroup:               {} ({}); pool {pool}",
         c.mode, c.detail
     )?;
+    for line in &c.pool_effect {
+        writeln!(out, "  pool                {line}")?;
+    }
     let u = &r.userns;
     let max = u
         .max_user_namespaces

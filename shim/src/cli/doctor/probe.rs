@@ -62,6 +62,8 @@ pub struct CgroupFacts {
     pub mode: String,
     pub detail: String,
     pub pool: Switch,
+    /// What the pool does on this node (v2: why there is none).
+    pub pool_effect: Vec<String>,
 }
 
 pub fn cgroup(cfg: &RundConfig) -> CgroupFacts {
@@ -83,6 +85,7 @@ pub fn cgroup(cfg: &RundConfig) -> CgroupFacts {
         Err(e) => ("unknown", e.to_string()),
     };
     CgroupFacts {
+        pool_effect: crate::cli::pool::explain(&cfg.cgroup, mode == "v2"),
         mode: mode.into(),
         detail,
         pool: cfg.cgroup.pool,
