@@ -8,6 +8,7 @@ mod cleanup;
 pub mod config;
 mod ctr;
 pub mod events;
+pub mod podnet;
 mod pty;
 mod task;
 mod update;
@@ -26,6 +27,7 @@ use crate::rootfs::HARNESS_BASE;
 pub use config::Layout;
 pub use ctr::{RunSpec, ROOTFS_PATH_ENV};
 pub use events::{Event, EventWatch};
+pub use podnet::PodNetwork;
 pub use pty::PtyCtr;
 pub use task::TaskInfo;
 
@@ -65,6 +67,12 @@ pub struct ContainerdOpts {
     pub sandbox_image: Option<String>,
     /// `ConfigPath` in the CRI `rund` runtime options.
     pub rund_config_path: Option<PathBuf>,
+    /// rund config.toml text to write as `<dir>/rund.toml` and use as `ConfigPath` (when
+    /// `rund_config_path` is unset); `state_dir` is `<dir>/rund-state` unless the text sets it.
+    pub rund_config: Option<String>,
+    /// Run containerd in a network namespace of its own with a CNI bridge network
+    /// ([`PodNetwork`]), so pods without host network get an interface off the host.
+    pub pod_network: bool,
     /// Appended verbatim to config.toml.
     pub extra_config: String,
     /// How long to wait for the socket to answer.
@@ -80,6 +88,8 @@ impl Default for ContainerdOpts {
             debug: true,
             sandbox_image: None,
             rund_config_path: None,
+            rund_config: None,
+            pod_network: false,
             extra_config: String::new(),
             start_timeout: Duration::from_secs(30),
         }
@@ -102,6 +112,12 @@ impl ContainerdOpts {
         self.with_rund = false;
         self
     }
+    /// CRI with a pod network ([`ContainerdOpts::pod_network`]).
+    pub fn pod_network(mut self) -> Self {
+        self.cri = true;
+        self.pod_network = true;
+        self
+    }
 }
 
 /// A running private containerd.
@@ -121,6 +137,8 @@ pub struct Containerd {
     /// rund's binaries, when they were found and linked.
     pub rund: Option<RundBins>,
     pub opts: ContainerdOpts,
+    /// The network namespace containerd runs in, with `opts.pod_network`.
+    pub podnet: Option<PodNetwork>,
     child: Option<Child>,
 }
 
@@ -159,6 +177,7 @@ impl Containerd {
             dir,
             rund,
             opts,
+            podnet: None,
             child: None,
         };
         // From here on, Drop cleans up whatever a failure leaves.
@@ -197,9 +216,24 @@ impl Containerd {
         for d in [&self.layout.root, &self.layout.state, &self.layout.cni_conf] {
             std::fs::create_dir_all(d).ctx("create containerd dir", d)?;
         }
+        if let (Some(body), None) = (&self.opts.rund_config, &self.opts.rund_config_path) {
+            let path = self.dir.join("rund.toml");
+            let mut text = body.clone();
+            if !body.lines().any(|l| l.trim_start().starts_with("state_dir")) {
+                let state = self.dir.join("rund-state").display().to_string();
+                text = format!("state_dir = {state:?}\n{body}");
+            }
+            std::fs::write(&path, text).ctx("write rund config", &path)?;
+            self.opts.rund_config_path = Some(path);
+        }
         let cfg_path = self.dir.join("config.toml");
         let cfg = config::render(&self.layout, &self.opts);
         std::fs::write(&cfg_path, cfg).ctx("write config.toml", &cfg_path)?;
+        if self.opts.pod_network && self.podnet.is_none() {
+            let suffix = self.namespace.trim_start_matches("rit-");
+            let net = PodNetwork::create(&self.dir, &self.layout.cni_conf, suffix)?;
+            self.podnet = Some(net);
+        }
         let log = std::fs::File::create(&self.log).ctx("create log", &self.log)?;
         let log2 = log.try_clone().ctx("dup log", &self.log)?;
         let mut cmd = Command::new(CONTAINERD_BIN);
@@ -217,6 +251,9 @@ impl Containerd {
             if key.starts_with("RUND_") || key.starts_with("RUST_") {
                 cmd.env(&k, &v);
             }
+        }
+        if let Some(net) = &self.podnet {
+            net.enter_on_exec(&mut cmd);
         }
         self.child = Some(cmd.spawn().ctx("spawn containerd", CONTAINERD_BIN)?);
         Ok(())
@@ -325,5 +362,8 @@ impl Drop for Containerd {
         }
         self.stop();
         cleanup::after_stop(self);
+        if let Some(net) = &self.podnet {
+            net.remove_leftover_pod_netns();
+        }
     }
 }
