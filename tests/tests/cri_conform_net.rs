@@ -18,10 +18,12 @@ fn start(h: Handler, test: &str) -> Option<CriFixture> {
     CriFixture::start(h, test, ContainerdOpts::new().pod_network())
 }
 
-/// A pod with its own network namespace on the instance's CNI network.
+/// A pod with its own network namespace on the instance's CNI network, logging to a scratch
+/// dir.
 fn net_pod(fx: &CriFixture, name: &str) -> PodSpec {
     let mut pod = fx.pod_spec(name);
     pod.host_network = false;
+    pod.log_directory = fx.scratch(&format!("logs-{name}")).display().to_string();
     pod
 }
 
@@ -76,14 +78,32 @@ fn serve_on_80_and_fetch(fx: &CriFixture, pod: &PodSpec, pod_id: &str, client: &
     let script = format!(
         "mkdir -p /www && echo '{page}' > /www/index.html && exec httpd -f -p 80 -h /www"
     );
-    let web = ContainerSpec::new("web", BUSYBOX_IMAGE, &["sh", "-c", &script]);
+    let mut web = ContainerSpec::new("web", BUSYBOX_IMAGE, &["sh", "-c", &script]);
+    web.log_path = "web.log".into();
+    let logs = std::path::PathBuf::from(&pod.log_directory);
     let w = fx.run(pod_id, &web, pod).expect("web server");
     let ip = pod_ip(fx, pod_id);
     for host in [ip.as_str(), "127.0.0.1"] {
-        let fetch = format!("wget -q -T 5 -O - http://{host}:80/");
+        // busybox's wget crashes here (static glibc); nc speaks HTTP/1.0 well enough.
+        let fetch = format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 {host} 80");
         let r = fx.wait_until(client, &fetch);
-        assert_eq!(r.code, 0, "{}: {fetch}: {r:?}", fx.handler.name());
-        assert_eq!(r.stdout.trim(), page, "{}: {fetch}", fx.handler.name());
+        if r.code != 0 {
+            // Say why: the server may have exited (e.g. bind refused).
+            let st = fx.cri.container_status(&w);
+            let log = std::fs::read_to_string(logs.join("web.log")).unwrap_or_default();
+            panic!("{}: {fetch}: {r:?}\nweb server: {st:?}\nits log: {log}", fx.handler.name());
+        }
+        assert!(
+            r.stdout.starts_with("HTTP/1.") && r.stdout.contains(" 200 "),
+            "{}: {fetch}: {r:?}",
+            fx.handler.name()
+        );
+        assert_eq!(
+            r.stdout.lines().last().map(str::trim),
+            Some(page.as_str()),
+            "{}: {fetch}",
+            fx.handler.name()
+        );
     }
     // The server is the one bound to 80 (not something of the node's).
     let st = fx.cri.container_status(&w).expect("ContainerStatus");
