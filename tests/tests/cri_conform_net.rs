@@ -67,7 +67,11 @@ fn net_admin_and_privileged_add_links(h: Handler) {
         assert!(links.contains(want), "{}: {want} in {links}", h.name());
     }
     assert!(!links.contains("ritplain"), "{}: {links}", h.name());
-    assert!(!links.contains("rit0"), "{}: the bridge is not the pod's: {links}", h.name());
+    assert!(
+        !links.contains("rit0"),
+        "{}: the bridge is not the pod's: {links}",
+        h.name()
+    );
     fx.finish();
 }
 
@@ -75,9 +79,8 @@ fn net_admin_and_privileged_add_links(h: Handler) {
 /// reaches it over the pod IP and over localhost.
 fn serve_on_80_and_fetch(fx: &CriFixture, pod: &PodSpec, pod_id: &str, client: &str) {
     let page = format!("hello from {} on 80", fx.handler.name());
-    let script = format!(
-        "mkdir -p /www && echo '{page}' > /www/index.html && exec httpd -f -p 80 -h /www"
-    );
+    let script =
+        format!("mkdir -p /www && echo '{page}' > /www/index.html && exec httpd -f -p 80 -h /www");
     let mut web = ContainerSpec::new("web", BUSYBOX_IMAGE, &["sh", "-c", &script]);
     web.log_path = "web.log".into();
     let logs = std::path::PathBuf::from(&pod.log_directory);
@@ -91,7 +94,10 @@ fn serve_on_80_and_fetch(fx: &CriFixture, pod: &PodSpec, pod_id: &str, client: &
             // Say why: the server may have exited (e.g. bind refused).
             let st = fx.cri.container_status(&w);
             let log = std::fs::read_to_string(logs.join("web.log")).unwrap_or_default();
-            panic!("{}: {fetch}: {r:?}\nweb server: {st:?}\nits log: {log}", fx.handler.name());
+            panic!(
+                "{}: {fetch}: {r:?}\nweb server: {st:?}\nits log: {log}",
+                fx.handler.name()
+            );
         }
         assert!(
             r.stdout.starts_with("HTTP/1.") && r.stdout.contains(" 200 "),

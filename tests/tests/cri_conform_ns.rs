@@ -76,7 +76,11 @@ fn host_ipc(h: Handler) {
     pod.host_ipc = true;
     let pod_id = fx.run_pod(&pod).expect("RunPodSandbox");
     let c = fx
-        .run(&pod_id, &ContainerSpec::new("app", BUSYBOX_IMAGE, SLEEPER), &pod)
+        .run(
+            &pod_id,
+            &ContainerSpec::new("app", BUSYBOX_IMAGE, SLEEPER),
+            &pod,
+        )
         .expect("hostIPC container");
     let segs = fx.sh_ok(&c, "cat /proc/sysvipc/shm");
     assert!(
@@ -84,18 +88,34 @@ fn host_ipc(h: Handler) {
         "{}: the node's segment {key} in\n{segs}",
         h.name()
     );
-    fx.sh_ok(&c, &format!("touch /dev/mqueue/{tag} && echo x > /dev/shm/{tag}"));
+    fx.sh_ok(
+        &c,
+        &format!("touch /dev/mqueue/{tag} && echo x > /dev/shm/{tag}"),
+    );
     let shm_file = std::path::Path::new("/dev/shm").join(&tag);
     let on_node = std::fs::read_to_string(&shm_file);
     let _ = std::fs::remove_file(&shm_file);
-    assert!(node_has_mqueue(&tag), "{}: queue {tag} on the node", h.name());
-    assert_eq!(on_node.ok().as_deref(), Some("x\n"), "{}: /dev/shm/{tag}", h.name());
+    assert!(
+        node_has_mqueue(&tag),
+        "{}: queue {tag} on the node",
+        h.name()
+    );
+    assert_eq!(
+        on_node.ok().as_deref(),
+        Some("x\n"),
+        "{}: /dev/shm/{tag}",
+        h.name()
+    );
 
     // The control: a pod of its own IPC namespace sees nothing of the node's.
     let own = fx.pod_spec("ownipc");
     let own_id = fx.run_pod(&own).expect("RunPodSandbox");
     let o = fx
-        .run(&own_id, &ContainerSpec::new("app", BUSYBOX_IMAGE, SLEEPER), &own)
+        .run(
+            &own_id,
+            &ContainerSpec::new("app", BUSYBOX_IMAGE, SLEEPER),
+            &own,
+        )
         .expect("container");
     let segs = fx.sh_ok(&o, "cat /proc/sysvipc/shm");
     assert!(
@@ -143,12 +163,21 @@ fn host_pid(h: Handler) {
     pod.host_pid = true;
     let pod_id = fx.run_pod(&pod).expect("RunPodSandbox");
     let c = fx
-        .run(&pod_id, &ContainerSpec::new("app", BUSYBOX_IMAGE, SLEEPER), &pod)
+        .run(
+            &pod_id,
+            &ContainerSpec::new("app", BUSYBOX_IMAGE, SLEEPER),
+            &pod,
+        )
         .expect("hostPID container");
     let me = std::process::id();
     let mine = std::fs::read_to_string("/proc/self/cmdline").unwrap();
     let seen = fx.sh_ok(&c, &format!("cat /proc/{me}/cmdline"));
-    assert_eq!(seen, mine, "{}: this test (pid {me}) as seen inside", h.name());
+    assert_eq!(
+        seen,
+        mine,
+        "{}: this test (pid {me}) as seen inside",
+        h.name()
+    );
     let init = std::fs::read("/proc/1/cmdline").unwrap();
     let one = fx.exec(&c, &["cat", "/proc/1/cmdline"]);
     assert_eq!(
@@ -176,7 +205,7 @@ fn container_pid(h: Handler) {
     let p = fx.run(&pod_id, &plain, &pod).expect("plain");
     let s = fx.run(&pod_id, &shell, &pod).expect("shell");
     for (id, want) in [
-        (&p, "sleep\0300001\0"),
+        (&p, "sleep\x00300001\0"),
         (&s, "sh\0-c\0sleep 300002 & wait\0"),
     ] {
         let r = fx.exec(id, &["cat", "/proc/1/cmdline"]);
@@ -192,12 +221,17 @@ fn pod_sysctls(h: Handler) {
     let node = |k: &str| std::fs::read_to_string(format!("/proc/sys/kernel/{k}")).unwrap();
     let (rmid, msgmax) = (node("shm_rmid_forced"), node("msgmax"));
     let mut pod = fx.pod_spec("sysctls");
-    pod.sysctls.insert("kernel.shm_rmid_forced".into(), "1".into());
+    pod.sysctls
+        .insert("kernel.shm_rmid_forced".into(), "1".into());
     pod.sysctls.insert("kernel.msgmax".into(), "100".into());
     let pod_id = fx.run_pod(&pod).expect("RunPodSandbox");
     for name in ["a", "b"] {
         let c = fx
-            .run(&pod_id, &ContainerSpec::new(name, BUSYBOX_IMAGE, SLEEPER), &pod)
+            .run(
+                &pod_id,
+                &ContainerSpec::new(name, BUSYBOX_IMAGE, SLEEPER),
+                &pod,
+            )
             .expect("container");
         let got = fx.sh_ok(
             &c,

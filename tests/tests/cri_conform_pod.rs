@@ -31,7 +31,11 @@ fn check_log(h: Handler, text: &str, name: &str) {
                 && f.next() == Some("F")
                 && f.next() == Some(line.as_str())
         });
-        assert!(found, "{}: {stream} {line:?} in the log of {name}:\n{text}", h.name());
+        assert!(
+            found,
+            "{}: {stream} {line:?} in the log of {name}:\n{text}",
+            h.name()
+        );
     }
 }
 
@@ -42,16 +46,30 @@ fn exec_and_logs_in_each(h: Handler, fx: &mut CriFixture, mut pod: PodSpec) {
     let names = ["alpha", "beta", "gamma"];
     let mut ids = Vec::new();
     for name in names {
-        let script =
-            format!("echo {name} > /tmp/who; echo out-of-{name}; echo err-of-{name} >&2; exec sleep 100000");
+        let script = format!(
+            "echo {name} > /tmp/who; echo out-of-{name}; echo err-of-{name} >&2; exec sleep 100000"
+        );
         let mut c = ContainerSpec::new(name, BUSYBOX_IMAGE, &["sh", "-c", &script]);
         c.log_path = format!("{name}.log");
         ids.push(fx.run(&pod_id, &c, &pod).expect(name));
     }
     for (id, name) in ids.iter().zip(names) {
+        if pod.annotations.contains_key("rund.io/userns") && h == Handler::Rund {
+            let map = fx.sh_ok(id, "cat /proc/self/uid_map");
+            let host_root = map.split_whitespace().nth(1);
+            assert_ne!(host_root, Some("0"), "rund: {name} is remapped: {map}");
+        }
         let who = fx.wait_until(id, "test -s /tmp/who && cat /tmp/who");
-        assert_eq!(who.stdout.trim(), name, "{}: exec into {name}: {who:?}", h.name());
-        let r = fx.exec(id, &["sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 7"]);
+        assert_eq!(
+            who.stdout.trim(),
+            name,
+            "{}: exec into {name}: {who:?}",
+            h.name()
+        );
+        let r = fx.exec(
+            id,
+            &["sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 7"],
+        );
         assert_eq!(
             (r.code, r.stdout.as_str(), r.stderr.as_str()),
             (7, "to-stdout\n", "to-stderr\n"),

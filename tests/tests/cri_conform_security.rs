@@ -47,11 +47,22 @@ fn seccomp_localhost_profile(h: Handler) {
         profile_type: ProfileType::Localhost as i32,
         localhost_ref: profile.display().to_string(),
     });
-    let d = fx.run(&pod_id, &denied, &pod).expect("container with profile");
+    let d = fx
+        .run(&pod_id, &denied, &pod)
+        .expect("container with profile");
     let rc = fx.wait_until(&d, "test -s /tmp/rc && cat /tmp/rc");
-    assert_eq!(rc.stdout.trim(), "1", "{}: mkdir by PID 1: {rc:?}", h.name());
+    assert_eq!(
+        rc.stdout.trim(),
+        "1",
+        "{}: mkdir by PID 1: {rc:?}",
+        h.name()
+    );
     let err = fx.sh_ok(&d, "cat /tmp/err");
-    assert!(err.contains("Operation not permitted"), "{}: {err}", h.name());
+    assert!(
+        err.contains("Operation not permitted"),
+        "{}: {err}",
+        h.name()
+    );
     let r = fx.exec(&d, &["mkdir", "/tmp/byexec"]);
     assert_ne!(r.code, 0, "{}: mkdir in an exec: {r:?}", h.name());
     assert!(
@@ -63,7 +74,9 @@ fn seccomp_localhost_profile(h: Handler) {
     assert_eq!(status_field(&status, "Seccomp"), Some("2"), "{}", h.name());
 
     let free = ContainerSpec::new("free", BUSYBOX_IMAGE, SLEEPER);
-    let f = fx.run(&pod_id, &free, &pod).expect("container without profile");
+    let f = fx
+        .run(&pod_id, &free, &pod)
+        .expect("container without profile");
     fx.sh_ok(&f, "mkdir /tmp/free");
     fx.finish();
 }
@@ -80,10 +93,18 @@ fn seccomp_runtime_default_exec(h: Handler) {
         localhost_ref: String::new(),
     });
     let id = fx.run(&pod_id, &c, &pod).expect("RuntimeDefault container");
-    let r = fx.exec(&id, &["sh", "-c", "echo exec-ok; grep Seccomp: /proc/self/status"]);
+    let r = fx.exec(
+        &id,
+        &["sh", "-c", "echo exec-ok; grep Seccomp: /proc/self/status"],
+    );
     assert_eq!(r.code, 0, "{}: {r:?}", h.name());
     assert!(r.stdout.starts_with("exec-ok\n"), "{}: {r:?}", h.name());
-    assert_eq!(status_field(&r.stdout, "Seccomp"), Some("2"), "{}", h.name());
+    assert_eq!(
+        status_field(&r.stdout, "Seccomp"),
+        Some("2"),
+        "{}",
+        h.name()
+    );
     let one = fx.sh_ok(&id, "cat /proc/1/status");
     assert_eq!(status_field(&one, "Seccomp"), Some("2"), "{}", h.name());
     fx.finish();

@@ -12,8 +12,7 @@
 use rund_tests::cri::api::MountPropagation;
 use rund_tests::cri::{bind_mount, CriFixture, Handler, SharedDir};
 use rund_tests::{
-    per_handler, ContainerSpec, ContainerdOpts, RunSpec, BUSYBOX_IMAGE, RUNC_RUNTIME,
-    RUND_RUNTIME,
+    per_handler, ContainerSpec, ContainerdOpts, RunSpec, BUSYBOX_IMAGE, RUNC_RUNTIME, RUND_RUNTIME,
 };
 
 const SLEEPER: &[&str] = &["sleep", "100000"];
@@ -97,7 +96,12 @@ fn readonly_volume_is_not_recursive(h: Handler) {
     assert_ne!(r.code, 0, "{}: the volume is read-only: {r:?}", h.name());
     assert!(r.stderr.contains("Read-only"), "{}: {r:?}", h.name());
     let r = fx.sh(&id, "echo in-sub > /vol/sub/written");
-    assert_eq!(r.code, 0, "{}: the submount stays writable: {r:?}", h.name());
+    assert_eq!(
+        r.code,
+        0,
+        "{}: the submount stays writable: {r:?}",
+        h.name()
+    );
     let seen = std::fs::read_to_string(sub.join("written"));
     assert_eq!(seen.ok().as_deref(), Some("in-sub\n"), "{}", h.name());
     drop(vol);
@@ -108,10 +112,7 @@ fn readonly_volume_is_not_recursive(h: Handler) {
 /// line from inside.
 fn touch_in_sub(fx: &CriFixture, id: &str, vol: &std::path::Path, options: &str) -> String {
     let rootfs = fx.ctd.busybox_rootfs().expect("rootfs");
-    let mount = format!(
-        "type=bind,src={},dst=/vol,options={options}",
-        vol.display()
-    );
+    let mount = format!("type=bind,src={},dst=/vol,options={options}", vol.display());
     let runtime = match fx.handler {
         Handler::Runc => RUNC_RUNTIME,
         Handler::Rund => RUND_RUNTIME,

@@ -219,7 +219,10 @@ impl Containerd {
         if let (Some(body), None) = (&self.opts.rund_config, &self.opts.rund_config_path) {
             let path = self.dir.join("rund.toml");
             let mut text = body.clone();
-            if !body.lines().any(|l| l.trim_start().starts_with("state_dir")) {
+            if !body
+                .lines()
+                .any(|l| l.trim_start().starts_with("state_dir"))
+            {
                 let state = self.dir.join("rund-state").display().to_string();
                 text = format!("state_dir = {state:?}\n{body}");
             }

@@ -16,7 +16,7 @@ pub struct PodSpec {
     pub uid: String,
     pub namespace: String,
     /// `true`: network NODE (host network). `false`: network POD, which needs a CNI network that
-    /// gives the pod an interface; the harness configures none.
+    /// gives the pod an interface: start containerd with `ContainerdOpts::pod_network`.
     pub host_network: bool,
     /// Linux cgroup parent; use [`crate::Containerd::cgroup_parent`] so leak checks see it.
     pub cgroup_parent: String,

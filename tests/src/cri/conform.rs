@@ -76,7 +76,12 @@ pub struct CriFixture {
 
 impl std::fmt::Debug for CriFixture {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CriFixture({}, {})", self.handler.name(), self.ctd.dir.display())
+        write!(
+            f,
+            "CriFixture({}, {})",
+            self.handler.name(),
+            self.ctd.dir.display()
+        )
     }
 }
 
@@ -86,8 +91,9 @@ impl CriFixture {
     pub fn start(handler: Handler, test: &str, opts: ContainerdOpts) -> Option<CriFixture> {
         let opts = ContainerdOpts { cri: true, ..opts };
         let ctd = match handler {
-            Handler::Runc => Containerd::start(opts.with_runc())
-                .unwrap_or_else(|e| panic!("{test} (runc): {e}")),
+            Handler::Runc => {
+                Containerd::start(opts.with_runc()).unwrap_or_else(|e| panic!("{test} (runc): {e}"))
+            }
             Handler::Rund => {
                 let opts = ContainerdOpts {
                     rund_config: opts.rund_config.clone().or(Some(String::new())),
@@ -258,8 +264,14 @@ impl SharedDir {
         mount(Some(&path), &path, none, MsFlags::MS_BIND, none)
             .map_err(io("bind shared dir", &path))?;
         let me = SharedDir { path };
-        mount(none, &me.path, none, MsFlags::MS_SHARED | MsFlags::MS_REC, none)
-            .map_err(io("make shared dir rshared", &me.path))?;
+        mount(
+            none,
+            &me.path,
+            none,
+            MsFlags::MS_SHARED | MsFlags::MS_REC,
+            none,
+        )
+        .map_err(io("make shared dir rshared", &me.path))?;
         Ok(me)
     }
 
