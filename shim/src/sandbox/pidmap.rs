@@ -1,8 +1,10 @@
 //! Translating pids from the agent's pid namespace to the host's.
 //!
 //! Every process the agent creates is its child (exec grandchildren are
-//! reparented to it, as it is PID 1), so the candidates are the agent's
-//! children, and `NSpid:` in their status gives the pid at every level.
+//! reparented to it, as it is PID 1 or a subreaper), so the candidates are the
+//! agent's children, and `NSpid:` in their status gives the pid at every level.
+//! The agent's own pid namespace is one level down, or the host's in a hostPID
+//! sandbox: the agent's `NSpid:` tells which.
 
 use std::path::Path;
 
@@ -11,23 +13,36 @@ use super::SandboxError;
 /// Host pid of the agent's child whose pid in the agent's namespace is `inner`.
 pub fn host_pid(proc_root: &Path, agent_host_pid: i32, inner: u32) -> Result<i32, SandboxError> {
     let err = |m: String| SandboxError::PidLookup(inner, m);
+    let level = agent_level(proc_root, agent_host_pid);
     let tasks = proc_root.join(agent_host_pid.to_string()).join("task");
     let entries =
         std::fs::read_dir(&tasks).map_err(|e| err(format!("{}: {e}", tasks.display())))?;
+    let mut seen = Vec::new();
     for task in entries.flatten() {
         let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
         for child in children.split_whitespace() {
             let Ok(pid) = child.parse::<i32>() else {
                 continue;
             };
-            if nspid_at(proc_root, pid, 1) == Some(inner) {
+            let at = nspid_at(proc_root, pid, level);
+            if at == Some(inner) {
                 return Ok(pid);
             }
+            seen.push(format!("{pid}->{at:?}"));
         }
     }
     Err(err(format!(
-        "no child of agent {agent_host_pid} has that pid"
+        "no child of agent {agent_host_pid} has that pid at level {level} (children: {seen:?})"
     )))
+}
+
+/// How many pid namespaces the agent's is below the reader's: 1 when the
+/// agent is PID 1 of its own, 0 in a hostPID sandbox.
+fn agent_level(proc_root: &Path, agent_host_pid: i32) -> usize {
+    std::fs::read_to_string(proc_root.join(agent_host_pid.to_string()).join("status"))
+        .ok()
+        .and_then(|s| parse_nspid(&s))
+        .map_or(1, |v| v.len().saturating_sub(1))
 }
 
 /// The pid of `pid` `level` namespaces below the reader's (`NSpid:` field).
@@ -52,8 +67,9 @@ pub fn host_pids_of(
     inner: &[u32],
 ) -> std::collections::HashMap<u32, i32> {
     use std::collections::HashMap;
+    let level = agent_level(proc_root, agent_host_pid);
     let mut parent: HashMap<i32, i32> = HashMap::new();
-    let mut level1: HashMap<i32, u32> = HashMap::new();
+    let mut in_agent_ns: HashMap<i32, u32> = HashMap::new();
     for entry in std::fs::read_dir(proc_root).into_iter().flatten().flatten() {
         let Some(pid) = entry
             .file_name()
@@ -71,8 +87,8 @@ pub fn host_pids_of(
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(0);
         parent.insert(pid, ppid);
-        if let Some(ns) = parse_nspid(&status).and_then(|v| v.get(1).copied()) {
-            level1.insert(pid, ns);
+        if let Some(ns) = parse_nspid(&status).and_then(|v| v.get(level).copied()) {
+            in_agent_ns.insert(pid, ns);
         }
     }
     let descends = |mut p: i32| {
@@ -85,7 +101,7 @@ pub fn host_pids_of(
         }
         false
     };
-    level1
+    in_agent_ns
         .iter()
         .filter(|(pid, ns)| inner.contains(ns) && descends(**pid))
         .map(|(pid, ns)| (*ns, *pid))
@@ -119,5 +135,20 @@ mod tests {
         }
         assert_eq!(host_pid(root, 100, 9).unwrap(), 201);
         assert!(host_pid(root, 100, 4).is_err());
+    }
+
+    #[test]
+    fn host_pid_sandbox_children_are_at_the_readers_level() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("100/task/100")).unwrap();
+        std::fs::write(root.join("100/status"), "NSpid:\t100\nPPid:\t1\n").unwrap();
+        std::fs::write(root.join("100/task/100/children"), "200 ").unwrap();
+        std::fs::create_dir_all(root.join("200")).unwrap();
+        std::fs::write(root.join("200/status"), "NSpid:\t200\nPPid:\t100\n").unwrap();
+        assert_eq!(host_pid(root, 100, 200).unwrap(), 200);
+        assert!(host_pid(root, 100, 201).is_err());
+        let found = host_pids_of(root, 100, &[200]);
+        assert_eq!(found.get(&200), Some(&200), "{found:?}");
     }
 }

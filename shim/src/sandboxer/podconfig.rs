@@ -55,7 +55,7 @@ pub struct PodConfig {
     pub pid: Mode,
     pub ipc: Mode,
     /// `hostUsers: false`: the pod's user namespace mappings.
-    pub userns: Option<(Vec<IdRange>, Vec<IdRange>)>,
+    pub userns: Option<IdMaps>,
 }
 
 const WHAT: &str = "CRI PodSandboxConfig";
@@ -134,9 +134,12 @@ fn namespace_options(c: &mut PodConfig, buf: &[u8]) -> Result<(), WireError> {
     })
 }
 
+/// (uid ranges, gid ranges) of a pod user namespace.
+pub type IdMaps = (Vec<IdRange>, Vec<IdRange>);
+
 /// `UserNamespace{mode, uids, gids}`: a pod user namespace when the mode is
 /// POD (hostUsers: false); NODE means the host's.
-fn user_namespace(buf: &[u8]) -> Result<Option<(Vec<IdRange>, Vec<IdRange>)>, WireError> {
+fn user_namespace(buf: &[u8]) -> Result<Option<IdMaps>, WireError> {
     let (mut mode, mut uids, mut gids) = (Mode::Pod, Vec::new(), Vec::new());
     protowire::fields(WHAT, buf, |n, v| {
         match n {

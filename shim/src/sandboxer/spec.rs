@@ -43,9 +43,9 @@ pub fn build(cfg: &PodConfig, id: &str, netns_path: &str) -> Result<Spec, serde_
         linux["cgroupsPath"] = json!(cgroups_path(&cfg.cgroup_parent, id));
     }
     if let Some((uids, gids)) = &cfg.userns {
-        linux["namespaces"]
-            .as_array_mut()
-            .map(|n| n.push(json!({"type": "user"})));
+        if let Some(n) = linux["namespaces"].as_array_mut() {
+            n.push(json!({"type": "user"}));
+        }
         let maps = |r: &[super::podconfig::IdRange]| -> Value {
             r.iter()
                 .map(|m| json!({"hostID": m.host_id, "containerID": m.container_id, "size": m.length}))
@@ -68,7 +68,7 @@ pub fn build(cfg: &PodConfig, id: &str, netns_path: &str) -> Result<Spec, serde_
     ] {
         annotations.insert(k.to_string(), v.to_string());
     }
-    let hostname = (cfg.network != Mode::Node && !cfg.hostname.is_empty()).then(|| &cfg.hostname);
+    let hostname = (cfg.network != Mode::Node && !cfg.hostname.is_empty()).then_some(&cfg.hostname);
     let spec = json!({
         "ociVersion": "1.1.0",
         // The agent plays the sandbox: no process runs from this spec.

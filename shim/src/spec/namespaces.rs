@@ -35,6 +35,18 @@ fn kind_of(t: LinuxNamespaceType) -> Option<&'static str> {
     })
 }
 
+fn is_runtime_ns(kind: &str, path: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let id = |p: &std::path::Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    match (
+        id(path),
+        id(&std::path::Path::new("/proc/self/ns").join(kind)),
+    ) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    }
+}
+
 /// The request for `kind` ("pid", "net", "ipc", "uts", "cgroup", "user", "mnt").
 pub fn request(spec: &Spec, kind: &str) -> Result<NsRequest, SpecError> {
     let Some(list) = spec.linux().as_ref().and_then(|l| l.namespaces().as_ref()) else {
@@ -50,7 +62,13 @@ pub fn request(spec: &Spec, kind: &str) -> Result<NsRequest, SpecError> {
                             p.display()
                         )));
                     }
-                    NsRequest::Join(p.clone())
+                    // The runtime's own namespace named by path (e.g. ctr's
+                    // `--with-ns pid:/proc/1/ns/pid`) is the host's.
+                    if is_runtime_ns(kind, p) {
+                        NsRequest::Host
+                    } else {
+                        NsRequest::Join(p.clone())
+                    }
                 }
                 _ => NsRequest::New,
             });
@@ -162,8 +180,12 @@ mod tests {
     fn host_pid_is_planned_and_relative_paths_are_refused() {
         let sb = sandbox_namespaces(&spec(r#"{"type":"network"}"#)).unwrap();
         assert!(sb.host_pid && sb.new_net);
-        let e = sandbox_namespaces(&spec(r#"{"type":"pid","path":"/proc/1/ns/pid"}"#)).unwrap_err();
-        assert!(e.to_string().contains("/proc/1/ns/pid"), "{e}");
+        let e =
+            sandbox_namespaces(&spec(r#"{"type":"pid","path":"/run/other/ns/pid"}"#)).unwrap_err();
+        assert!(e.to_string().contains("/run/other/ns/pid"), "{e}");
+        // Our own namespace by path is the host's.
+        let own = sandbox_namespaces(&spec(r#"{"type":"pid","path":"/proc/self/ns/pid"}"#));
+        assert!(own.unwrap().host_pid);
         let e = request(
             &spec(r#"{"type":"pid"},{"type":"network","path":"netns"}"#),
             "net",

@@ -10,6 +10,7 @@ pub mod config;
 mod ctr;
 pub mod events;
 pub mod line;
+pub mod podnet;
 mod pty;
 mod task;
 mod update;
@@ -29,6 +30,7 @@ pub use config::Layout;
 pub use ctr::{RunSpec, ROOTFS_PATH_ENV};
 pub use events::{Event, EventWatch};
 pub use line::ContainerdBins;
+pub use podnet::PodNetwork;
 pub use pty::PtyCtr;
 pub use task::TaskInfo;
 
@@ -82,6 +84,12 @@ pub struct ContainerdOpts {
     pub containerd: Option<ContainerdBins>,
     /// More executables to put on containerd's PATH (linked by file name).
     pub path_links: Vec<PathBuf>,
+    /// rund config.toml text to write as `<dir>/rund.toml` and use as `ConfigPath` (when
+    /// `rund_config_path` is unset); `state_dir` is `<dir>/rund-state` unless the text sets it.
+    pub rund_config: Option<String>,
+    /// Run containerd in a network namespace of its own with a CNI bridge network
+    /// ([`PodNetwork`]), so pods without host network get an interface off the host.
+    pub pod_network: bool,
     /// Appended verbatim to config.toml.
     pub extra_config: String,
     /// How long to wait for the socket to answer.
@@ -103,6 +111,8 @@ impl Default for ContainerdOpts {
             config_file: None,
             containerd: None,
             path_links: Vec::new(),
+            rund_config: None,
+            pod_network: false,
             extra_config: String::new(),
             start_timeout: Duration::from_secs(30),
         }
@@ -123,6 +133,12 @@ impl ContainerdOpts {
     }
     pub fn without_rund(mut self) -> Self {
         self.with_rund = false;
+        self
+    }
+    /// CRI with a pod network ([`ContainerdOpts::pod_network`]).
+    pub fn pod_network(mut self) -> Self {
+        self.cri = true;
+        self.pod_network = true;
         self
     }
 }
@@ -146,6 +162,8 @@ pub struct Containerd {
     /// The containerd this instance runs.
     pub bins: ContainerdBins,
     pub opts: ContainerdOpts,
+    /// The network namespace containerd runs in, with `opts.pod_network`.
+    pub podnet: Option<PodNetwork>,
     child: Option<Child>,
 }
 
@@ -196,6 +214,7 @@ impl Containerd {
             rund,
             bins: ctrd,
             opts,
+            podnet: None,
             child: None,
         };
         // From here on, Drop cleans up whatever a failure leaves.
@@ -235,6 +254,19 @@ impl Containerd {
             let link = self.path_dir.join(target.file_name().unwrap_or_default());
             std::os::unix::fs::symlink(target, &link).ctx("symlink into PATH dir", link)?;
         }
+        if let (Some(body), None) = (&self.opts.rund_config, &self.opts.rund_config_path) {
+            let path = self.dir.join("rund.toml");
+            let mut text = body.clone();
+            if !body
+                .lines()
+                .any(|l| l.trim_start().starts_with("state_dir"))
+            {
+                let state = self.dir.join("rund-state").display().to_string();
+                text = format!("state_dir = {state:?}\n{body}");
+            }
+            std::fs::write(&path, text).ctx("write rund config", &path)?;
+            self.opts.rund_config_path = Some(path);
+        }
         self.layout
             .create()
             .ctx("create containerd dirs", &self.dir)?;
@@ -247,6 +279,11 @@ impl Containerd {
                 p
             }
         };
+        if self.opts.pod_network && self.podnet.is_none() {
+            let suffix = self.namespace.trim_start_matches("rit-");
+            let net = PodNetwork::create(&self.dir, &self.layout.cni_conf, suffix)?;
+            self.podnet = Some(net);
+        }
         let log = std::fs::File::create(&self.log).ctx("create log", &self.log)?;
         let log2 = log.try_clone().ctx("dup log", &self.log)?;
         let containerd = self.bins.containerd();
@@ -265,6 +302,9 @@ impl Containerd {
             if key.starts_with("RUND_") || key.starts_with("RUST_") {
                 cmd.env(&k, &v);
             }
+        }
+        if let Some(net) = &self.podnet {
+            net.enter_on_exec(&mut cmd);
         }
         self.child = Some(cmd.spawn().ctx("spawn containerd", containerd)?);
         Ok(())
@@ -401,5 +441,8 @@ impl Drop for Containerd {
         }
         self.stop();
         cleanup::after_stop(self);
+        if let Some(net) = &self.podnet {
+            net.remove_leftover_pod_netns();
+        }
     }
 }

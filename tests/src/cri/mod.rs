@@ -1,6 +1,7 @@
 //! A blocking CRI v1 client over containerd's unix socket, for tests written as plain `#[test]`.
 
 mod config;
+mod conform;
 
 use std::path::{Path, PathBuf};
 
@@ -18,7 +19,8 @@ use k8s_cri::v1::{
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-pub use config::{ContainerSpec, PodSpec};
+pub use config::{bind_mount, ContainerSpec, PodSpec};
+pub use conform::{CriFixture, Exec, Handler, SharedDir};
 pub use k8s_cri::v1 as api;
 
 /// CRI call failures.
