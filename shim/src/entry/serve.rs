@@ -99,6 +99,10 @@ async fn serve(flags: Flags) -> Result<(), String> {
         }
     });
     exit.wait().await;
+    // The request that asked us to exit (Shutdown, ShutdownSandbox) is still
+    // being answered: ttrpc's shutdown drops unsent replies, and containerd
+    // fails RemovePodSandbox on a lost ShutdownSandbox reply.
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     let _ = server.shutdown().await;
     let _ = std::fs::remove_file(&path);
     Ok(())

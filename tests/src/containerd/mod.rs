@@ -136,6 +136,11 @@ impl ContainerdOpts {
         self
     }
     /// CRI with a pod network ([`ContainerdOpts::pod_network`]).
+    /// rund is its own pods' sandboxer (containerd 2.x's sandbox API).
+    pub fn shim_sandboxer(&self) -> bool {
+        self.rund_sandboxer.as_deref() == Some("shim")
+    }
+
     pub fn pod_network(mut self) -> Self {
         self.cri = true;
         self.pod_network = true;
@@ -301,6 +306,11 @@ impl Containerd {
             let key = k.to_string_lossy();
             if key.starts_with("RUND_") || key.starts_with("RUST_") {
                 cmd.env(&k, &v);
+            }
+        }
+        if let Some(cfg) = self.opts.rund_config_path.as_ref() {
+            if self.opts.shim_sandboxer() {
+                cmd.env("RUND_CONFIG", cfg);
             }
         }
         if let Some(net) = &self.podnet {
