@@ -128,11 +128,13 @@ fn expand_slice(slice: &str) -> std::result::Result<Vec<String>, String> {
     let Some(base) = slice.strip_suffix(".slice") else {
         return Err(format!("{slice:?} is not a .slice"));
     };
-    if base.is_empty() || base.contains('/') || base.starts_with('-') || base.contains("--") {
-        return Err(format!("invalid slice name {slice:?}"));
-    }
+    // `-.slice` is systemd's root slice.
     if base == "-" {
         return Ok(Vec::new());
+    }
+    // As runc's ExpandSlice: no empty dash-separated component.
+    if base.contains('/') || base.split('-').any(str::is_empty) {
+        return Err(format!("invalid slice name {slice:?}"));
     }
     let mut out = Vec::new();
     let mut acc = String::new();
@@ -171,6 +173,23 @@ mod tests {
         let p = CgroupPath::parse(":docker:abc").unwrap();
         assert_eq!(p.rel(), PathBuf::from("system.slice/docker-abc.scope"));
         assert!(CgroupPath::parse("nota:slice:x").is_err());
+    }
+
+    /// Slices expand as runc's ExpandSlice: `-.slice` is the root, and an
+    /// empty dash-separated component is refused (the root case was
+    /// unreachable, and `a-.slice` passed as `a.slice/a-.slice`).
+    #[test]
+    fn systemd_slices_as_runc() {
+        let p = CgroupPath::parse("-.slice:cri:abc").unwrap();
+        assert_eq!(p.rel(), PathBuf::from("cri-abc.scope"));
+        for bad in [
+            "a-.slice:p:n",
+            "-a.slice:p:n",
+            "a--b.slice:p:n",
+            ".slice:p:n",
+        ] {
+            assert!(CgroupPath::parse(bad).is_err(), "{bad:?} accepted");
+        }
     }
 
     #[test]
