@@ -33,7 +33,13 @@ fn check_request(r: &DeviceRequest) {
     }
     if let GpuSelection::List(ids) = &r.gpus {
         assert!(!ids.is_empty());
-        assert_eq!(ids.iter().map(|i| i.to_string()).collect::<HashSet<_>>().len(), ids.len());
+        assert_eq!(
+            ids.iter()
+                .map(|i| i.to_string())
+                .collect::<HashSet<_>>()
+                .len(),
+            ids.len()
+        );
         for id in ids {
             if let GpuId::Uuid(u) = id {
                 assert!(u.starts_with("GPU-") && plain(u), "GPU id {u:?}");
