@@ -39,7 +39,7 @@ pub fn validate(kind: &str, map: &[IdMapping]) -> Result<(), SandboxError> {
         // below that, the end fits in a u32 and the overlap test is exact.
         if m.container_id.checked_add(m.size).is_none() || m.host_id.checked_add(m.size).is_none() {
             return Err(SandboxError::BadMapping(format!(
-                "{kind}[{i}]: range reaches id 4294967295, which cannot be mapped"
+                "{kind}[{i}]: range wraps past id 4294967294 (4294967295 cannot be mapped)"
             )));
         }
         for (j, o) in map.iter().enumerate().take(i) {
