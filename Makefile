@@ -9,7 +9,7 @@ export RUND_CACHE
 
 .PHONY: all deps build demo test test-unit test-integration test-integration-1.6 \
 	test-integration-2.1 containerd-2.1 vm-deps test-v2 test-rdma-vm lint fmt bench \
-	bench-quick bench-micro clean
+	bench-quick bench-micro fuzz-quick clean
 
 all: build
 
@@ -29,6 +29,7 @@ test: build containerd-2.1 lint test-unit test-integration
 
 lint:
 	$(CARGO) fmt --all -- --check
+	rustfmt --edition 2021 --check fuzz/src/lib.rs fuzz/fuzz_targets/*.rs
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p rund-benches --all-targets --features spec-bench,devices-bench -- -D warnings
 
@@ -69,6 +70,7 @@ test-rdma-vm: build vm-deps
 
 fmt:
 	$(CARGO) fmt --all
+	rustfmt --edition 2021 fuzz/src/lib.rs fuzz/fuzz_targets/*.rs
 
 # rund against runc-v2 side by side on one private containerd; results in
 # target/bench/ (results.json, plot.svg). BENCH_ARGS passes flags through.
@@ -83,6 +85,24 @@ bench-quick: deps
 # criterion micro-benches (cgroup claim vs mkdir, spec processing, device scan).
 bench-micro: deps
 	$(CARGO) bench -p rund-benches --features spec-bench,devices-bench
+
+# cargo fuzz on the parsers of untrusted input (fuzz/README.md), each target
+# for FUZZ_SECONDS on the committed corpus; not part of `make test`. New
+# inputs go to fuzz/target/corpus-new, crashing ones to fuzz/artifacts.
+# cargo fuzz needs -Z flags: RUSTC_BOOTSTRAP=1 lets stable take them.
+FUZZ_SECONDS ?= 30
+FUZZ_TARGETS ?= spec_config annotations devices fdpass launch lease_file cdi_spec cgroup_path
+fuzz-quick:
+	@command -v cargo-fuzz >/dev/null 2>&1 || $(CARGO) install cargo-fuzz --locked
+	cd fuzz && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz build
+	@cd fuzz; failed=""; for t in $(FUZZ_TARGETS); do \
+		mkdir -p target/corpus-new/$$t; log=target/fuzz-$$t.log; \
+		dict=""; [ -f dict/$$t.dict ] && dict="-dict=dict/$$t.dict"; \
+		if RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t target/corpus-new/$$t corpus/$$t -- \
+			-max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 $$dict >$$log 2>&1; \
+		then echo "$$t: ok, $$(grep -o 'number_of_executed_units: [0-9]*' $$log | cut -d' ' -f2) runs"; \
+		else tail -n 30 $$log; echo "$$t: FAILED (log $$log, input in fuzz/artifacts/$$t)"; failed="$$failed $$t"; fi; \
+	done; [ -z "$$failed" ] || { echo "failed:$$failed"; exit 1; }
 
 clean:
 	$(CARGO) clean

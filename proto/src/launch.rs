@@ -63,6 +63,8 @@ pub enum SyncError {
     Json(#[from] serde_json::Error),
     #[error("launch handshake: peer closed the channel")]
     Closed,
+    #[error("launch handshake: a {0}-byte message is over the limit")]
+    TooLong(usize),
 }
 
 /// Sends one JSON message as a single datagram.
@@ -75,9 +77,14 @@ pub fn send_json<T: Serialize>(sock: BorrowedFd<'_>, msg: &T) -> Result<(), Sync
 /// Receives one JSON datagram.
 pub fn recv_json<T: for<'de> Deserialize<'de>>(sock: BorrowedFd<'_>) -> Result<T, SyncError> {
     let mut buf = vec![0u8; crate::fdpass::MAX_HEADER];
-    let n = recv(sock.as_raw_fd(), &mut buf, MsgFlags::empty())?;
+    // MSG_TRUNC returns the datagram's real length: a message cut short is
+    // refused, never read in part.
+    let n = recv(sock.as_raw_fd(), &mut buf, MsgFlags::MSG_TRUNC)?;
     if n == 0 {
         return Err(SyncError::Closed);
+    }
+    if n > buf.len() {
+        return Err(SyncError::TooLong(n));
     }
     Ok(serde_json::from_slice(&buf[..n])?)
 }
@@ -105,5 +112,23 @@ mod tests {
             recv_json::<SyncMsg>(b.as_fd()),
             Err(SyncError::Closed)
         ));
+    }
+
+    /// A message over the limit is refused whole, even when the part that
+    /// fits would parse.
+    #[test]
+    fn oversized_message_is_refused() {
+        let (a, b) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap();
+        let mut body = br#"{"msg":"ready"}"#.to_vec();
+        body.resize(crate::fdpass::MAX_HEADER + 1, b' ');
+        send(a.as_raw_fd(), &body, MsgFlags::empty()).unwrap();
+        let e = recv_json::<SyncMsg>(b.as_fd()).unwrap_err();
+        assert!(matches!(e, SyncError::TooLong(n) if n == body.len()), "{e}");
     }
 }

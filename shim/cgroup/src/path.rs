@@ -177,6 +177,23 @@ mod tests {
         assert!(CgroupPath::parse("nota:slice:x").is_err());
     }
 
+    /// Slices expand as runc's ExpandSlice: `-.slice` is the root, and an
+    /// empty dash-separated component is refused (the root case was
+    /// unreachable, and `a-.slice` passed as `a.slice/a-.slice`).
+    #[test]
+    fn systemd_slices_as_runc() {
+        let p = CgroupPath::parse("-.slice:cri:abc").unwrap();
+        assert_eq!(p.rel(), PathBuf::from("cri-abc.scope"));
+        for bad in [
+            "a-.slice:p:n",
+            "-a.slice:p:n",
+            "a--b.slice:p:n",
+            ".slice:p:n",
+        ] {
+            assert!(CgroupPath::parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
     #[test]
     fn runc_expand_slice_cases() {
         for (input, want) in [

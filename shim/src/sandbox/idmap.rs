@@ -35,11 +35,11 @@ pub fn validate(kind: &str, map: &[IdMapping]) -> Result<(), SandboxError> {
         if m.size == 0 {
             return Err(SandboxError::BadMapping(format!("{kind}[{i}]: size 0")));
         }
-        if m.container_id.checked_add(m.size - 1).is_none()
-            || m.host_id.checked_add(m.size - 1).is_none()
-        {
+        // The kernel refuses an extent that reaches id 2^32-1 ((uid_t)-1);
+        // below that, the end fits in a u32 and the overlap test is exact.
+        if m.container_id.checked_add(m.size).is_none() || m.host_id.checked_add(m.size).is_none() {
             return Err(SandboxError::BadMapping(format!(
-                "{kind}[{i}]: range wraps past 2^32"
+                "{kind}[{i}]: range wraps past id 4294967294 (4294967295 cannot be mapped)"
             )));
         }
         for (j, o) in map.iter().enumerate().take(i) {
@@ -98,5 +98,17 @@ mod tests {
         let e = validate("gid", &[m(0, 1000, 10), m(100, 1005, 10)]).unwrap_err();
         assert!(e.to_string().contains("on the host"), "{e}");
         assert!(validate("uid", &[m(0, 1000, 10), m(10, 1010, 10)]).is_ok());
+    }
+
+    /// Found by fuzzing: an extent ending at 2^32 passed, so did one
+    /// overlapping it at id 2^32-1; the kernel refuses both.
+    #[test]
+    fn id_4294967295_is_never_mapped() {
+        let top = u32::MAX - 65535;
+        assert!(validate("uid", &[m(0, top - 1, 65536)]).is_ok());
+        let e = validate("uid", &[m(0, top, 65536)]).unwrap_err();
+        assert!(e.to_string().contains("4294967295"), "{e}");
+        assert!(validate("uid", &[m(u32::MAX, 1, 1)]).is_err());
+        assert!(validate("uid", &[m(0, u32::MAX - 9, 10), m(10, u32::MAX, 1)]).is_err());
     }
 }

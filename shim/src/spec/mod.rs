@@ -112,6 +112,16 @@ pub fn check_supported(spec: &Spec) -> Result<(), SpecError> {
         return Err(SpecError::Invalid("root is missing".into()));
     }
     if let Some(linux) = spec.linux() {
+        // runc refuses a type listed twice; taking either one is a guess.
+        let list = linux.namespaces().as_deref().unwrap_or_default();
+        for (i, ns) in list.iter().enumerate() {
+            if list[..i].iter().any(|o| o.typ() == ns.typ()) {
+                return Err(SpecError::Invalid(format!(
+                    "linux.namespaces lists {} twice",
+                    ns.typ()
+                )));
+            }
+        }
         if let Some(l) = linux.mount_label() {
             if !l.is_empty() {
                 return Err(SpecError::Unsupported("linux.mountLabel", l.clone()));

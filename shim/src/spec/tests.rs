@@ -41,6 +41,23 @@ fn unsupported_fields_are_named() {
     assert!(e.to_string().contains("process.apparmorProfile"), "{e}");
 }
 
+/// A namespace type listed twice is refused, as runc does (the fuzz
+/// target's invariant caught rund taking the first one silently).
+#[test]
+fn duplicate_namespaces_are_invalid() {
+    let s = parse(&spec_json(
+        r#","linux":{"namespaces":[{"type":"network"},{"type":"pid"},{"type":"network","path":"/var/run/netns/x"}]}"#,
+    ))
+    .unwrap();
+    let e = check_supported(&s).unwrap_err();
+    assert!(e.to_string().contains("lists net twice"), "{e}");
+    let s = parse(&spec_json(
+        r#","linux":{"namespaces":[{"type":"network"},{"type":"pid"}]}"#,
+    ))
+    .unwrap();
+    assert!(check_supported(&s).is_ok());
+}
+
 #[test]
 fn empty_args_are_invalid() {
     let s = parse(br#"{"ociVersion":"1.0.2","process":{"user":{"uid":0,"gid":0},"args":[],"cwd":"/"},"root":{"path":"r"}}"#).unwrap();

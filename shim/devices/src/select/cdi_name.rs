@@ -19,9 +19,12 @@ impl std::fmt::Display for CdiName {
     }
 }
 
-fn check(what: &str, s: &str, extra: &[char]) -> Result<(), String> {
+fn check(what: &str, s: &str, extra: &[char], letter_first: bool) -> Result<(), String> {
     let first = s.chars().next().ok_or_else(|| format!("empty {what}"))?;
     let last = s.chars().last().unwrap_or(first);
+    if letter_first && !first.is_ascii_alphabetic() {
+        return Err(format!("{what} {s:?} must start with a letter"));
+    }
     if !first.is_ascii_alphanumeric() || !last.is_ascii_alphanumeric() {
         return Err(format!(
             "{what} {s:?} must start and end with a letter or digit"
@@ -45,9 +48,9 @@ impl CdiName {
         let (vendor, class) = kind
             .split_once('/')
             .ok_or("expected vendor/class=name (no '/' in the kind)")?;
-        check("vendor", vendor, &['.', '-', '_'])?;
-        check("class", class, &['-', '_'])?;
-        check("device name", name, &['.', '-', '_', ':'])?;
+        check("vendor", vendor, &['.', '-', '_'], true)?;
+        check("class", class, &['-', '_'], true)?;
+        check("device name", name, &['.', '-', '_', ':'], false)?;
         Ok(CdiName {
             vendor: vendor.into(),
             class: class.into(),
@@ -89,6 +92,10 @@ mod tests {
             "nvidia.com/g.pu=0",
             "nvidia.com/gpu=a b",
             "nvidia.com/gpu=a/b",
+            // Found by fuzzing: a digit first passed, which no CDI spec
+            // file can declare.
+            "0/gpu=0",
+            "nvidia.com/3d=0",
         ] {
             assert!(CdiName::parse(bad).is_err(), "{bad} accepted");
         }

@@ -76,25 +76,15 @@ impl Locked {
             }
             Err(e) => return Err(state_err(&self.path)(e)),
         };
-        let corrupt = |reason: String| UsernsError::Corrupt {
+        parse(&bytes).map_err(|reason| UsernsError::Corrupt {
             path: self.path.display().to_string(),
             reason,
-        };
-        let file: LeaseFile = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
-        if file.version != FORMAT_VERSION {
-            return Err(corrupt(format!(
-                "format version {} (this rund reads {FORMAT_VERSION})",
-                file.version
-            )));
-        }
-        check_invariants(&file.leases).map_err(corrupt)?;
-        Ok(file)
+        })
     }
 
     pub fn store(&self, file: &LeaseFile) -> Result<(), UsernsError> {
         let tmp = self.path.with_extension("json.tmp");
-        let mut bytes = serde_json::to_vec_pretty(file).expect("lease file serialises");
-        bytes.push(b'\n');
+        let bytes = render(file);
         let write = || -> std::io::Result<()> {
             let mut f = OpenOptions::new()
                 .write(true)
@@ -112,6 +102,29 @@ impl Locked {
             state_err(&self.path)(e)
         })
     }
+}
+
+/// A leases file's bytes, checked as `load` checks them (the fuzz target's
+/// entry point too).
+#[doc(hidden)]
+pub fn parse(bytes: &[u8]) -> Result<LeaseFile, String> {
+    let file: LeaseFile = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    if file.version != FORMAT_VERSION {
+        return Err(format!(
+            "format version {} (this rund reads {FORMAT_VERSION})",
+            file.version
+        ));
+    }
+    check_invariants(&file.leases)?;
+    Ok(file)
+}
+
+/// What `store` writes.
+#[doc(hidden)]
+pub fn render(file: &LeaseFile) -> Vec<u8> {
+    let mut bytes = serde_json::to_vec_pretty(file).expect("lease file serialises");
+    bytes.push(b'\n');
+    bytes
 }
 
 /// What allocate relies on: sane ranges; one lease per pool-leased sandbox,

@@ -2,7 +2,8 @@
 //! by every shim process through a lock file (see README.md for the file
 //! format and the reclaim rule).
 
-mod file;
+#[doc(hidden)]
+pub mod file;
 pub mod owner;
 mod repair;
 #[cfg(test)]
