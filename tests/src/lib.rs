@@ -12,6 +12,8 @@ pub mod cmd;
 pub mod containerd;
 pub mod cri;
 pub mod error;
+pub mod faults;
+pub mod hung;
 pub mod image;
 pub mod inside;
 pub mod leaks;

@@ -3,6 +3,7 @@
 
 pub mod delete;
 pub mod logging;
+pub mod record;
 pub mod serve;
 pub mod start;
 

@@ -16,6 +16,7 @@ pub fn run(flags: &Flags) -> Result<(), String> {
         Ok(spec) => crate::spec::grouping_id(&spec, &flags.id),
         Err(_) => flags.id.clone(), // Create reports a bad config.json properly.
     };
+    record_config(&bundle);
     let address = super::socket_address(flags, &grouping);
     let path = address.trim_start_matches("unix://").to_string();
     if UnixStream::connect(&path).is_ok() {
@@ -75,4 +76,24 @@ pub fn run(flags: &Flags) -> Result<(), String> {
 
 fn write_address(bundle: &Path, address: &str) -> Result<(), String> {
     std::fs::write(bundle.join("address"), address).map_err(|e| format!("write address file: {e}"))
+}
+
+/// containerd writes the task's runtime options to `start`'s stdin: record
+/// the config path they name, for `delete` (which gets no options).
+fn record_config(bundle: &Path) {
+    use containerd_shim_protos::protobuf::well_known_types::any::Any;
+    use containerd_shim_protos::protobuf::Message;
+    if nix::unistd::isatty(std::io::stdin()).unwrap_or(false) {
+        return;
+    }
+    let mut raw = Vec::new();
+    if std::io::stdin().read_to_end(&mut raw).is_err() || raw.is_empty() {
+        return;
+    }
+    let Ok(any) = Any::parse_from_bytes(&raw) else {
+        return;
+    };
+    if let Ok(Some(path)) = crate::task::options::config_path(Some(&any)) {
+        let _ = super::record::config_path(bundle, &path);
+    }
 }

@@ -69,6 +69,8 @@ pub struct ContainerdOpts {
     pub extra_config: String,
     /// How long to wait for the socket to answer.
     pub start_timeout: Duration,
+    /// Extra environment for containerd, which passes it on to every shim (e.g. a failpoint).
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for ContainerdOpts {
@@ -82,6 +84,7 @@ impl Default for ContainerdOpts {
             rund_config_path: None,
             extra_config: String::new(),
             start_timeout: Duration::from_secs(30),
+            env: Vec::new(),
         }
     }
 }
@@ -200,7 +203,17 @@ impl Containerd {
         let cfg_path = self.dir.join("config.toml");
         let cfg = config::render(&self.layout, &self.opts);
         std::fs::write(&cfg_path, cfg).ctx("write config.toml", &cfg_path)?;
-        let log = std::fs::File::create(&self.log).ctx("create log", &self.log)?;
+        self.launch()
+    }
+
+    /// Runs containerd on the instance's config; its log is appended to.
+    fn launch(&mut self) -> Result<()> {
+        let cfg_path = self.dir.join("config.toml");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .ctx("open log", &self.log)?;
         let log2 = log.try_clone().ctx("dup log", &self.log)?;
         let mut cmd = Command::new(CONTAINERD_BIN);
         cmd.arg("--config")
@@ -218,6 +231,7 @@ impl Containerd {
                 cmd.env(&k, &v);
             }
         }
+        cmd.envs(self.opts.env.iter().map(|(k, v)| (k, v)));
         self.child = Some(cmd.spawn().ctx("spawn containerd", CONTAINERD_BIN)?);
         Ok(())
     }
@@ -292,6 +306,23 @@ impl Containerd {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// Stops containerd (SIGTERM, as a service restart does) and starts it again on the same
+    /// root, state, sockets and config; shims keep running meanwhile.
+    pub fn restart(&mut self) -> Result<()> {
+        self.stop();
+        self.launch()?;
+        self.wait_ready()
+    }
+
+    /// Starts containerd again after [`Containerd::stop`] (no-op if it runs).
+    pub fn start_again(&mut self) -> Result<()> {
+        if self.child.is_some() {
+            return Ok(());
+        }
+        self.launch()?;
+        self.wait_ready()
     }
 
     /// Stop containerd: SIGTERM, up to 10 s, then SIGKILL. Idempotent.
