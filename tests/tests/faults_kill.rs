@@ -5,9 +5,9 @@
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use rund_tests::faults::probe::shim_of;
+use rund_tests::faults::probe::{ancestor_named, shim_of};
 use rund_tests::faults::{FaultEnv, GRACE};
-use rund_tests::ocispec::{ancestor_with_exe, wait_gone};
+use rund_tests::ocispec::wait_gone;
 use rund_tests::ContainerdOpts;
 
 fn sigkill(pid: u32) {
@@ -100,7 +100,7 @@ fn agent_killed_reports_137_and_deletes() {
     let events = env.ctd.watch_events().unwrap();
     let workload = env.run_detached("a", &["sleep", "100000"]);
     let shim = shim_of(&env.ctd, "a").expect("shim of a");
-    let agent = ancestor_with_exe(workload, "rund-agent").expect("the workload's agent");
+    let agent = ancestor_named(workload, "rund-agent").expect("the workload's agent");
 
     sigkill(agent);
     let exit = events.wait_topic("a", "/tasks/exit", GRACE).unwrap();

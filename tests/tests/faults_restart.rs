@@ -79,7 +79,13 @@ fn containerd_restart_keeps_pods_running() {
     );
     let events = env.ctd.watch_events().unwrap();
     env.ctd.task_kill("long", "SIGKILL", false).unwrap();
-    let exit = events.wait_topic("long", "/tasks/exit", GRACE).unwrap();
+    let exit = events
+        .wait_for(
+            "the exit of long's init",
+            |e| e.topic == "/tasks/exit" && e.field("id") == Some("long"),
+            GRACE,
+        )
+        .unwrap();
     assert_eq!(exit.body["exit_status"], 137, "{exit:?}");
     env.ctd.wait_for_status("long", "STOPPED", GRACE).unwrap();
     env.ctd.task_delete("long", false).unwrap().check().unwrap();

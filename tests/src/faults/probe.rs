@@ -162,3 +162,17 @@ pub fn shim_of(ctd: &Containerd, id: &str) -> Option<u32> {
         .map(|p| p.pid)
 }
 
+
+/// The nearest ancestor of `pid` (itself excluded) whose comm is `comm` (the agent's exe
+/// link is useless: it pivoted into a root of its own).
+pub fn ancestor_named(pid: u32, comm: &str) -> Option<u32> {
+    let mut p = crate::ocispec::parent_pid(pid)?;
+    while p > 1 {
+        let name = std::fs::read_to_string(format!("/proc/{p}/comm")).ok()?;
+        if name.trim_end() == comm {
+            return Some(p);
+        }
+        p = crate::ocispec::parent_pid(p)?;
+    }
+    None
+}
