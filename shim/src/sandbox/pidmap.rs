@@ -15,12 +15,15 @@ pub fn host_pid(proc_root: &Path, agent_host_pid: i32, inner: u32) -> Result<i32
     let entries =
         std::fs::read_dir(&tasks).map_err(|e| err(format!("{}: {e}", tasks.display())))?;
     for task in entries.flatten() {
-        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        let Some(children) = read_proc(&task.path().join("children")).map_err(err)? else {
+            continue;
+        };
         for child in children.split_whitespace() {
             let Ok(pid) = child.parse::<i32>() else {
                 continue;
             };
-            if nspid_at(proc_root, pid, 1) == Some(inner) {
+            let status = read_proc(&proc_root.join(child).join("status")).map_err(err)?;
+            if status.as_deref().and_then(|s| parse_nspid(s)?.get(1).copied()) == Some(inner) {
                 return Ok(pid);
             }
         }
@@ -30,10 +33,16 @@ pub fn host_pid(proc_root: &Path, agent_host_pid: i32, inner: u32) -> Result<i32
     )))
 }
 
-/// The pid of `pid` `level` namespaces below the reader's (`NSpid:` field).
-pub fn nspid_at(proc_root: &Path, pid: i32, level: usize) -> Option<u32> {
-    let status = std::fs::read_to_string(proc_root.join(pid.to_string()).join("status")).ok()?;
-    parse_nspid(&status)?.get(level).copied()
+/// A /proc file; `None` if its process or thread is gone. Any other error
+/// (out of fds, say) is the caller's: it must not read as "no such pid".
+fn read_proc(path: &Path) -> Result<Option<String>, String> {
+    match std::fs::read_to_string(path) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => {
+            Ok(None)
+        }
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
 }
 
 fn parse_nspid(status: &str) -> Option<Vec<u32>> {

@@ -1,6 +1,7 @@
 //! Shared set-up of the fault suite (`tests/faults_*.rs`) and the soak: a private containerd
-//! with rund, a rund config of its own whose state (user namespace leases, the cgroup pool's
-//! lock, counter and mapping files) lies in the instance dir, and leftover accounting
+//! with rund, a rund config of its own (named by every ctr container and, with CRI, by the
+//! `rund` runtime's options) whose state (user namespace leases, the cgroup pool's lock,
+//! counter and mapping files) lies in a scratch dir of the test, and leftover accounting
 //! ([`Leftovers`]) over all of it.
 
 pub mod leftovers;
@@ -15,6 +16,7 @@ pub use leftovers::{assert_clean_within, Leftovers};
 use crate::bins::{rund_bins_or_skip, CLI_BIN};
 use crate::cmd::CmdOutput;
 use crate::containerd::{runtime_under_test, Containerd, ContainerdOpts, RunSpec, RUND_RUNTIME};
+use crate::rootfs::HARNESS_BASE;
 
 /// Generous bound for anything asynchronous (shim exits, clean-up): a hang guard only.
 pub const GRACE: Duration = Duration::from_secs(60);
@@ -29,6 +31,7 @@ pub struct FaultEnv {
     pub state: PathBuf,
     /// The `rund` admin CLI.
     pub cli: PathBuf,
+    _scratch: tempfile::TempDir,
 }
 
 impl FaultEnv {
@@ -49,22 +52,32 @@ impl FaultEnv {
             return None;
         }
         let bins = rund_bins_or_skip(test)?;
-        let ctd = Containerd::start_rund_or_skip(test, opts)?;
-        let rootfs = ctd.busybox_rootfs().expect("busybox rootfs");
-        let state = ctd.dir.join("rund-state");
-        let config = ctd.dir.join("rund.toml");
+        std::fs::create_dir_all(HARNESS_BASE).expect("harness base");
+        let scratch = tempfile::Builder::new()
+            .prefix("f")
+            .tempdir_in(HARNESS_BASE)
+            .expect("scratch dir");
+        let state = scratch.path().join("rund-state");
+        let config = scratch.path().join("rund.toml");
         let toml = format!(
             "state_dir = {s:?}\n\n[cgroup]\nstate_dir = {p:?}\n{cgroup_keys}\n\n{extra}\n",
             s = state.display().to_string(),
             p = state.join("cgroup-pool").display().to_string(),
         );
         std::fs::write(&config, toml).expect("write rund config");
+        let opts = ContainerdOpts {
+            rund_config_path: Some(config.clone()),
+            ..opts
+        };
+        let ctd = Containerd::start_rund_or_skip(test, opts)?;
+        let rootfs = ctd.busybox_rootfs().expect("busybox rootfs");
         Some(FaultEnv {
             ctd,
             rootfs,
             config,
             state,
             cli: bins.path(CLI_BIN),
+            _scratch: scratch,
         })
     }
 
