@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::Path;
 
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
-use rund_tests::faults::probe::{fd_count, shim_of};
+use rund_tests::faults::probe::{fd_count, nofile, set_soft_nofile, shim_of};
 use rund_tests::faults::{FaultEnv, GRACE};
 use rund_tests::ocispec::is_alive;
 use rund_tests::{ContainerSpec, ContainerdOpts, PodSpec, BUSYBOX_IMAGE};
@@ -74,44 +74,6 @@ fn scopeguard(path: &Path) -> impl Drop + '_ {
         }
     }
     Unmount(path)
-}
-
-/// `pid`'s RLIMIT_NOFILE (soft, hard).
-fn nofile(pid: u32) -> (u64, u64) {
-    let mut old = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: prlimit reads the limit into a valid struct; no new value is set.
-    let r = unsafe {
-        libc::prlimit(
-            pid as libc::pid_t,
-            libc::RLIMIT_NOFILE,
-            std::ptr::null(),
-            &mut old,
-        )
-    };
-    assert_eq!(r, 0, "prlimit {pid}: {}", std::io::Error::last_os_error());
-    (old.rlim_cur, old.rlim_max)
-}
-
-/// Sets `pid`'s soft RLIMIT_NOFILE (the hard one cannot go back up here: no
-/// CAP_SYS_RESOURCE).
-fn set_soft_nofile(pid: u32, soft: u64) {
-    let rl = libc::rlimit {
-        rlim_cur: soft,
-        rlim_max: nofile(pid).1,
-    };
-    // SAFETY: prlimit with a valid rlimit struct and no old-value pointer.
-    let r = unsafe {
-        libc::prlimit(
-            pid as libc::pid_t,
-            libc::RLIMIT_NOFILE,
-            &rl,
-            std::ptr::null_mut(),
-        )
-    };
-    assert_eq!(r, 0, "prlimit {pid}: {}", std::io::Error::last_os_error());
 }
 
 #[test]
