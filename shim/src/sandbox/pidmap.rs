@@ -2,7 +2,9 @@
 //!
 //! Every process the agent creates is its child (exec grandchildren are
 //! reparented to it, as it is PID 1), so the candidates are the agent's
-//! children, and `NSpid:` in their status gives the pid at every level.
+//! children, and `NSpid:` in their status gives the pid at every level. The
+//! agent's level is its own `NSpid:` depth: 1 when it is PID 1 of the
+//! sandbox's namespace, 0 with hostPID (there, its pids are the host's).
 
 use std::path::Path;
 
@@ -11,6 +13,7 @@ use super::SandboxError;
 /// Host pid of the agent's child whose pid in the agent's namespace is `inner`.
 pub fn host_pid(proc_root: &Path, agent_host_pid: i32, inner: u32) -> Result<i32, SandboxError> {
     let err = |m: String| SandboxError::PidLookup(inner, m);
+    let level = agent_level(proc_root, agent_host_pid).map_err(err)?;
     let tasks = proc_root.join(agent_host_pid.to_string()).join("task");
     let entries =
         std::fs::read_dir(&tasks).map_err(|e| err(format!("{}: {e}", tasks.display())))?;
@@ -23,7 +26,7 @@ pub fn host_pid(proc_root: &Path, agent_host_pid: i32, inner: u32) -> Result<i32
                 continue;
             };
             let status = read_proc(&proc_root.join(child).join("status")).map_err(err)?;
-            if status.as_deref().and_then(|s| parse_nspid(s)?.get(1).copied()) == Some(inner) {
+            if status.as_deref().and_then(|s| parse_nspid(s)?.get(level).copied()) == Some(inner) {
                 return Ok(pid);
             }
         }
@@ -31,6 +34,14 @@ pub fn host_pid(proc_root: &Path, agent_host_pid: i32, inner: u32) -> Result<i32
     Err(err(format!(
         "no child of agent {agent_host_pid} has that pid"
     )))
+}
+
+/// The depth of the agent's pid namespace below ours.
+fn agent_level(proc_root: &Path, agent_host_pid: i32) -> Result<usize, String> {
+    let path = proc_root.join(agent_host_pid.to_string()).join("status");
+    let status = read_proc(&path)?.ok_or_else(|| format!("{}: the agent is gone", path.display()))?;
+    let nspid = parse_nspid(&status).unwrap_or_default();
+    Ok(nspid.len().saturating_sub(1))
 }
 
 /// A /proc file; `None` if its process or thread is gone. Any other error
@@ -61,8 +72,11 @@ pub fn host_pids_of(
     inner: &[u32],
 ) -> std::collections::HashMap<u32, i32> {
     use std::collections::HashMap;
+    let Ok(level) = agent_level(proc_root, agent_host_pid) else {
+        return HashMap::new();
+    };
     let mut parent: HashMap<i32, i32> = HashMap::new();
-    let mut level1: HashMap<i32, u32> = HashMap::new();
+    let mut in_agent_ns: HashMap<i32, u32> = HashMap::new();
     for entry in std::fs::read_dir(proc_root).into_iter().flatten().flatten() {
         let Some(pid) = entry
             .file_name()
@@ -80,8 +94,8 @@ pub fn host_pids_of(
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(0);
         parent.insert(pid, ppid);
-        if let Some(ns) = parse_nspid(&status).and_then(|v| v.get(1).copied()) {
-            level1.insert(pid, ns);
+        if let Some(ns) = parse_nspid(&status).and_then(|v| v.get(level).copied()) {
+            in_agent_ns.insert(pid, ns);
         }
     }
     let descends = |mut p: i32| {
@@ -94,7 +108,7 @@ pub fn host_pids_of(
         }
         false
     };
-    level1
+    in_agent_ns
         .iter()
         .filter(|(pid, ns)| inner.contains(ns) && descends(**pid))
         .map(|(pid, ns)| (*ns, *pid))
@@ -117,6 +131,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         std::fs::create_dir_all(root.join("100/task/100")).unwrap();
+        std::fs::write(root.join("100/status"), "NSpid:\t100\t1\n").unwrap();
         std::fs::write(root.join("100/task/100/children"), "200 201 ").unwrap();
         for (pid, ns) in [(200, 5), (201, 9)] {
             std::fs::create_dir_all(root.join(pid.to_string())).unwrap();
@@ -128,5 +143,18 @@ mod tests {
         }
         assert_eq!(host_pid(root, 100, 9).unwrap(), 201);
         assert!(host_pid(root, 100, 4).is_err());
+    }
+
+    #[test]
+    fn host_pid_agent_children_keep_their_pids() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("100/task/100")).unwrap();
+        std::fs::write(root.join("100/status"), "NSpid:\t100\n").unwrap();
+        std::fs::write(root.join("100/task/100/children"), "300 ").unwrap();
+        std::fs::create_dir_all(root.join("300")).unwrap();
+        std::fs::write(root.join("300/status"), "NSpid:\t300\nPPid:\t100\n").unwrap();
+        assert_eq!(host_pid(root, 100, 300).unwrap(), 300);
+        assert_eq!(host_pids_of(root, 100, &[300]).get(&300), Some(&300));
     }
 }
