@@ -1,13 +1,16 @@
-//! A hung volume: a FUSE filesystem (spoken directly on /dev/fuse) that answers only INIT and
-//! the root's GETATTR and leaves every other request pending, as a dead NFS server would. Any
-//! lookup below its root blocks until [`HungVolume::release`] (or drop) aborts the connection;
-//! the requests it received are recorded, so a test knows when something is stuck in it.
+//! A hung volume: a FUSE filesystem (spoken directly on /dev/fuse) whose lookups never answer,
+//! as a dead NFS server's. It answers INIT and the root's GETATTR, refuses everything else with
+//! ENOSYS (so stat of the mount point works), and leaves every LOOKUP pending: a path below its
+//! root blocks until [`HungVolume::release`] (or drop) aborts the connection. The requests it
+//! received are recorded, so a test knows when something is stuck in it. A request the server
+//! has read is waited for uninterruptibly: release the volume before waiting for (or killing)
+//! a process stuck on it.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,8 +20,11 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use crate::error::{IoContext, Result};
 
 const FUSE_LOOKUP: u32 = 1;
+const FUSE_FORGET: u32 = 2;
 const FUSE_GETATTR: u32 = 3;
 const FUSE_INIT: u32 = 26;
+const FUSE_INTERRUPT: u32 = 36;
+const FUSE_BATCH_FORGET: u32 = 42;
 const IN_HEADER: usize = 40;
 
 /// One request the volume received: opcode and, for a lookup, the name.
@@ -140,14 +146,18 @@ fn serve(mut dev: File, seen: Arc<Mutex<Vec<Request>>>, stop: Arc<AtomicBool>) {
             .expect("requests")
             .push(Request { opcode, name });
         let reply = match opcode {
-            FUSE_INIT => Some(init_out(u32_at(IN_HEADER + 8))),
-            FUSE_GETATTR if nodeid == 1 => Some(root_attr()),
-            _ => None, // left pending: that is the hang
+            FUSE_INIT => Some((0, init_out(u32_at(IN_HEADER + 8)))),
+            FUSE_GETATTR if nodeid == 1 => Some((0, root_attr())),
+            // Pending for good: that is the hang.
+            FUSE_LOOKUP => None,
+            // No answer is expected.
+            FUSE_FORGET | FUSE_BATCH_FORGET | FUSE_INTERRUPT => None,
+            _ => Some((-libc::ENOSYS, Vec::new())),
         };
-        if let Some(body) = reply {
+        if let Some((error, body)) = reply {
             let mut out = Vec::with_capacity(16 + body.len());
             out.extend_from_slice(&((16 + body.len()) as u32).to_ne_bytes());
-            out.extend_from_slice(&0i32.to_ne_bytes());
+            out.extend_from_slice(&error.to_ne_bytes());
             out.extend_from_slice(&unique.to_ne_bytes());
             out.extend_from_slice(&body);
             let _ = dev.write_all(&out);

@@ -55,7 +55,10 @@ fn full_state_dir_fails_create_cleanly_and_recovers() {
     env.assert_clean(&before);
 
     std::fs::remove_file(env.state.join("filler")).unwrap();
-    let out = env.ctd.run_spec(&env.spec("again", &["echo", "ok"])).unwrap();
+    let out = env
+        .ctd
+        .run_spec(&env.spec("again", &["echo", "ok"]))
+        .unwrap();
     assert_eq!(
         (out.code(), out.stdout.as_str()),
         (0, "ok\n"),

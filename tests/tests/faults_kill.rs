@@ -105,7 +105,10 @@ fn agent_killed_reports_137_and_deletes() {
     sigkill(agent);
     let exit = events.wait_topic("a", "/tasks/exit", GRACE).unwrap();
     assert_eq!(exit.body["exit_status"], 137, "{exit:?}");
-    assert!(wait_gone(workload, GRACE), "the workload dies with its agent");
+    assert!(
+        wait_gone(workload, GRACE),
+        "the workload dies with its agent"
+    );
     env.ctd
         .wait_for_status("a", "STOPPED", GRACE)
         .expect("the task is stopped");
@@ -113,7 +116,10 @@ fn agent_killed_reports_137_and_deletes() {
     let out = env.ctd.task_delete("a", false).unwrap().check().unwrap();
     assert!(out.stderr.contains("exit code 137"), "{out:?}");
     env.ctd.container_delete("a").unwrap().check().unwrap();
-    assert!(wait_gone(shim, GRACE), "the shim exits after the last delete");
+    assert!(
+        wait_gone(shim, GRACE),
+        "the shim exits after the last delete"
+    );
     drop(events);
     env.assert_clean(&before);
     assert_pool_returned(&env, 1);

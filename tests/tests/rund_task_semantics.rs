@@ -29,7 +29,12 @@ fn detached(id: &str, rootfs: &Path, args: &[&str]) -> RunSpec {
 
 fn cmdline(pid: u32) -> String {
     std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|b| String::from_utf8_lossy(&b).replace('\0', " ").trim().to_owned())
+        .map(|b| {
+            String::from_utf8_lossy(&b)
+                .replace('\0', " ")
+                .trim()
+                .to_owned()
+        })
         .unwrap_or_default()
 }
 
@@ -61,7 +66,9 @@ fn kill_all_reaches_a_daemon_reparented_out_of_the_container() {
     // The subshell exits at once: its `sleep 1731` is reparented to the pid namespace's init
     // (the sandbox agent), out of the container's process tree but not out of its cgroup.
     let script = "(busybox setsid sleep 1731 &); exec sleep 1732";
-    let mut spec = ctd.oci_spec("shared", &rootfs, &["sh", "-c", script]).unwrap();
+    let mut spec = ctd
+        .oci_spec("shared", &rootfs, &["sh", "-c", script])
+        .unwrap();
     let ns = spec["linux"]["namespaces"].as_array_mut().unwrap();
     ns.retain(|n| n["type"] != "pid");
     let opts = ConfigRun {
@@ -137,10 +144,19 @@ fn task_ps_names_exec_processes() {
         .unwrap()
         .check()
         .unwrap();
-    ctd.ctr(&["task", "exec", "-d", "--exec-id", "side-job", "ps", "sleep", "4242"])
-        .unwrap()
-        .check()
-        .unwrap();
+    ctd.ctr(&[
+        "task",
+        "exec",
+        "-d",
+        "--exec-id",
+        "side-job",
+        "ps",
+        "sleep",
+        "4242",
+    ])
+    .unwrap()
+    .check()
+    .unwrap();
     let exec_pid = wait_for_cmd("sleep 4242");
     let init_pid = ctd
         .task_list()

@@ -39,7 +39,10 @@ async fn socket_is_root_only() {
         return;
     };
     let d = direct(&bins, "sock", &["true"]).await;
-    let mode = std::fs::metadata(&d.shim.socket).unwrap().permissions().mode();
+    let mode = std::fs::metadata(&d.shim.socket)
+        .unwrap()
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o777, 0o600, "socket mode {mode:o}");
     assert!(d.finish().await.by_itself);
 }

@@ -90,9 +90,11 @@ fn release_leases(config: &RundConfig, id: &str) {
     }
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
-        let live = store.list().unwrap_or_default().into_iter().any(|e| {
-            e.sandbox_id == id && ProcLiveness.is_alive(&e.owner)
-        });
+        let live = store
+            .list()
+            .unwrap_or_default()
+            .into_iter()
+            .any(|e| e.sandbox_id == id && ProcLiveness.is_alive(&e.owner));
         if !live {
             break;
         }

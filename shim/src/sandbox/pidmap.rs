@@ -26,7 +26,11 @@ pub fn host_pid(proc_root: &Path, agent_host_pid: i32, inner: u32) -> Result<i32
                 continue;
             };
             let status = read_proc(&proc_root.join(child).join("status")).map_err(err)?;
-            if status.as_deref().and_then(|s| parse_nspid(s)?.get(level).copied()) == Some(inner) {
+            if status
+                .as_deref()
+                .and_then(|s| parse_nspid(s)?.get(level).copied())
+                == Some(inner)
+            {
                 return Ok(pid);
             }
         }
@@ -39,7 +43,8 @@ pub fn host_pid(proc_root: &Path, agent_host_pid: i32, inner: u32) -> Result<i32
 /// The depth of the agent's pid namespace below ours.
 fn agent_level(proc_root: &Path, agent_host_pid: i32) -> Result<usize, String> {
     let path = proc_root.join(agent_host_pid.to_string()).join("status");
-    let status = read_proc(&path)?.ok_or_else(|| format!("{}: the agent is gone", path.display()))?;
+    let status =
+        read_proc(&path)?.ok_or_else(|| format!("{}: the agent is gone", path.display()))?;
     let nspid = parse_nspid(&status).unwrap_or_default();
     Ok(nspid.len().saturating_sub(1))
 }
@@ -49,7 +54,10 @@ fn agent_level(proc_root: &Path, agent_host_pid: i32) -> Result<usize, String> {
 fn read_proc(path: &Path) -> Result<Option<String>, String> {
     match std::fs::read_to_string(path) {
         Ok(s) => Ok(Some(s)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => {
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(libc::ESRCH) =>
+        {
             Ok(None)
         }
         Err(e) => Err(format!("{}: {e}", path.display())),

@@ -162,7 +162,6 @@ pub fn shim_of(ctd: &Containerd, id: &str) -> Option<u32> {
         .map(|p| p.pid)
 }
 
-
 /// The nearest ancestor of `pid` (itself excluded) whose comm is `comm` (the agent's exe
 /// link is useless: it pivoted into a root of its own).
 pub fn ancestor_named(pid: u32, comm: &str) -> Option<u32> {
