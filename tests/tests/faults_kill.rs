@@ -5,7 +5,7 @@
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use rund_tests::faults::probe::{ancestor_named, shim_of};
+use rund_tests::faults::probe::{ancestor_named, shim_of, shim_socket};
 use rund_tests::faults::{FaultEnv, GRACE};
 use rund_tests::ocispec::wait_gone;
 use rund_tests::ContainerdOpts;
@@ -51,6 +51,8 @@ fn shim_killed_with_three_pods_running() {
     );
     let running = env.leftovers(&[shims[0], shims[2]]);
     let workload = env.task_pid("p2");
+    let socket = shim_socket(&env.ctd, "p2").expect("p2's shim socket");
+    assert!(socket.exists(), "{}", socket.display());
 
     sigkill(shims[1]);
     let exit = events.wait_topic("p2", "/tasks/exit", GRACE).unwrap();
@@ -82,6 +84,11 @@ fn shim_killed_with_three_pods_running() {
     env.ctd.container_delete("p2").unwrap().check().unwrap();
     // Nothing of p2 is left, and the surviving shims hold no more fds than before.
     env.assert_clean(&running);
+    assert!(
+        !socket.exists(),
+        "the killed shim's socket is removed: {}",
+        socket.display()
+    );
 
     env.remove("p1");
     env.remove("p3");

@@ -41,6 +41,7 @@ pub fn run(flags: &Flags) -> Result<(), String> {
     };
     remove_cgroup(&bundle, &id, &config);
     release_leases(&config, &id);
+    remove_dead_socket(&bundle);
     let resp = DeleteResponse {
         pid: 0,
         exit_status: 137,
@@ -73,6 +74,24 @@ fn remove_cgroup(bundle: &Path, id: &str, config: &RundConfig) {
     let _ = mgr.kill_all(nix::sys::signal::Signal::SIGKILL);
     if let Err(e) = mgr.destroy() {
         eprintln!("rund delete: cgroup {path}: {e}");
+    }
+}
+
+/// A killed shim leaves its socket behind (under /run/containerd/s): remove
+/// it once nobody listens. A pod's live shim still answers: it stays.
+fn remove_dead_socket(bundle: &Path) {
+    let Ok(address) = std::fs::read_to_string(bundle.join("address")) else {
+        return;
+    };
+    let path = address.trim().trim_start_matches("unix://");
+    if path.is_empty() || path.starts_with('@') {
+        return;
+    }
+    match std::os::unix::net::UnixStream::connect(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            let _ = std::fs::remove_file(path);
+        }
+        _ => {}
     }
 }
 

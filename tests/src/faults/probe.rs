@@ -213,3 +213,15 @@ pub fn set_soft_nofile(pid: u32, soft: u64) {
     };
     assert_eq!(r, 0, "prlimit {pid}: {}", std::io::Error::last_os_error());
 }
+
+/// The socket of the shim serving task `id` (from its bundle's `address` file).
+pub fn shim_socket(ctd: &Containerd, id: &str) -> Option<PathBuf> {
+    let bundle = ctd
+        .layout
+        .state
+        .join("io.containerd.runtime.v2.task")
+        .join(&ctd.namespace)
+        .join(id);
+    let address = std::fs::read_to_string(bundle.join("address")).ok()?;
+    Some(PathBuf::from(address.trim().trim_start_matches("unix://")))
+}
