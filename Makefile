@@ -4,7 +4,7 @@ TARGET_DIR ?= $(CURDIR)/target
 BIN_DIR := $(TARGET_DIR)/debug
 export RUND_BIN_DIR := $(BIN_DIR)
 
-.PHONY: all deps build demo test test-unit test-integration lint fmt bench bench-quick bench-micro clean
+.PHONY: all deps build demo test test-unit test-integration lint fmt bench bench-quick bench-micro soak clean
 
 all: build
 
@@ -38,6 +38,13 @@ test-integration:
 
 fmt:
 	$(CARGO) fmt --all
+
+# Not in `make test` (long): 1000 create/exec/delete cycles in one pod, then
+# 200 pods at once; prints latency first-100 vs last-100, fds/RSS over time,
+# dying memcgs and every leak counter, and fails on any failure or leak.
+# RUND_SOAK_CYCLES and RUND_SOAK_CONCURRENCY change the sizes.
+soak: build
+	RUND_REQUIRE_BINS=1 $(CARGO) test -p rund-tests --test soak -- --ignored --nocapture --test-threads=1
 
 # rund against runc-v2 side by side on one private containerd; results in
 # target/bench/ (results.json, plot.svg). BENCH_ARGS passes flags through.

@@ -81,25 +81,38 @@ fn is_fixture(path: &str) -> bool {
     name.ends_with(".lock") || ["leases.json", "counters.json", "meta.json"].contains(&name)
 }
 
-/// Re-takes [`Leftovers`] until nothing is left beyond `before` or `grace` passes, then
-/// panics with what is left. Returns the last take.
+/// Re-takes [`Leftovers`] until nothing is left beyond `before` or `grace` passes. Returns
+/// what is left (`None`: clean) and the last take.
+pub fn wait_clean(
+    ctd: &Containerd,
+    before: &Leftovers,
+    state: &Path,
+    grace: Duration,
+) -> (Option<String>, Leftovers) {
+    let shims: Vec<u32> = before.shim_fds.iter().map(|(p, _)| *p).collect();
+    let deadline = Instant::now() + grace;
+    loop {
+        let after = Leftovers::take(ctd, state, &shims);
+        match before.diff(&after) {
+            None => return (None, after),
+            Some(d) if Instant::now() >= deadline => return (Some(d), after),
+            Some(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
+/// [`wait_clean`], panicking with what is left. Returns the last take.
 pub fn assert_clean_within(
     ctd: &Containerd,
     before: &Leftovers,
     state: &Path,
     grace: Duration,
 ) -> Leftovers {
-    let shims: Vec<u32> = before.shim_fds.iter().map(|(p, _)| *p).collect();
-    let deadline = Instant::now() + grace;
-    loop {
-        let after = Leftovers::take(ctd, state, &shims);
-        match before.diff(&after) {
-            None => return after,
-            Some(d) if Instant::now() >= deadline => {
-                let kinds = ctd.pid().map(fd_kinds).unwrap_or_default();
-                panic!("left behind:\n{d}\ncontainerd fds now: {kinds:?}");
-            }
-            Some(_) => std::thread::sleep(Duration::from_millis(200)),
+    match wait_clean(ctd, before, state, grace) {
+        (None, after) => after,
+        (Some(d), _) => {
+            let kinds = ctd.pid().map(fd_kinds).unwrap_or_default();
+            panic!("left behind:\n{d}\ncontainerd fds now: {kinds:?}");
         }
     }
 }

@@ -6,12 +6,13 @@
 
 pub mod leftovers;
 pub mod probe;
+pub mod soak;
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-pub use leftovers::{assert_clean_within, Leftovers};
+pub use leftovers::{assert_clean_within, wait_clean, Leftovers};
 
 use crate::bins::{rund_bins_or_skip, CLI_BIN};
 use crate::cmd::CmdOutput;
@@ -135,8 +136,8 @@ impl FaultEnv {
         assert_clean_within(&self.ctd, before, &self.state, GRACE)
     }
 
-    /// `rund pool status --json` with this test's config: the first pool, or `Null`.
-    pub fn pool_status(&self) -> serde_json::Value {
+    /// `rund pool status --json` with this test's config: every pool (one per parent).
+    pub fn pools(&self) -> Vec<serde_json::Value> {
         let out = Command::new(&self.cli)
             .arg("--config")
             .arg(&self.config)
@@ -149,7 +150,12 @@ impl FaultEnv {
             String::from_utf8_lossy(&out.stderr)
         );
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        v["pools"][0].clone()
+        v["pools"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// The first pool of [`FaultEnv::pools`], or `Null`.
+    pub fn pool_status(&self) -> serde_json::Value {
+        self.pools().into_iter().next().unwrap_or_default()
     }
 
     /// `ctr task exec` of `args` in `id`; the output whatever the status.
