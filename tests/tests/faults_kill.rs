@@ -131,3 +131,68 @@ fn agent_killed_reports_137_and_deletes() {
     env.assert_clean(&before);
     assert_pool_returned(&env, 1);
 }
+
+#[test]
+fn shim_sigterm_publishes_every_exit() {
+    let test = "shim_sigterm_publishes_every_exit";
+    let Some(env) = FaultEnv::start(test, ContainerdOpts::new(), "", "") else {
+        return;
+    };
+    let before = env.leftovers(&[]);
+    env.run_detached("busy", &["sleep", "100000"]);
+    let execs: Vec<String> = (0..10).map(|i| format!("e{i}")).collect();
+    for e in &execs {
+        env.ctd
+            .ctr(&[
+                "task",
+                "exec",
+                "-d",
+                "--exec-id",
+                e,
+                "busy",
+                "sleep",
+                "100000",
+            ])
+            .unwrap()
+            .check()
+            .unwrap();
+    }
+    let events = env.ctd.watch_events().unwrap();
+    let shim = shim_of(&env.ctd, "busy").expect("shim of busy");
+
+    // As on a node drain: the shim tears the sandbox down and, before it goes, publishes the
+    // exit of every process it ran.
+    kill(Pid::from_raw(shim as i32), Signal::SIGTERM).unwrap();
+    assert!(wait_gone(shim, GRACE), "the shim exits after its teardown");
+    for id in std::iter::once("busy").chain(execs.iter().map(String::as_str)) {
+        let exit = events
+            .wait_for(
+                &format!("the exit of {id}"),
+                |e| {
+                    e.topic == "/tasks/exit"
+                        && e.field("id") == Some(id)
+                        && e.field("container_id") == Some("busy")
+                },
+                GRACE,
+            )
+            .unwrap();
+        assert!(
+            exit.body["exit_status"].as_u64().unwrap_or(0) > 0,
+            "{exit:?}"
+        );
+    }
+    let log = std::fs::read_to_string(&env.ctd.log).unwrap_or_default();
+    let forwarded = log
+        .lines()
+        .filter(|l| l.contains("event forwarded") && l.contains("topic=/tasks/exit"))
+        .count();
+    assert!(
+        forwarded >= 11,
+        "the shim itself published the 11 exits ({forwarded} forwarded)"
+    );
+    let _ = env.ctd.task_delete("busy", false);
+    env.ctd.wait_for_status("busy", "absent", GRACE).unwrap();
+    env.ctd.container_delete("busy").unwrap().check().unwrap();
+    drop(events);
+    env.assert_clean(&before);
+}

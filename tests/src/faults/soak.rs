@@ -20,11 +20,18 @@ pub struct Sample {
     pub shim_fds: usize,
     pub shim_rss_kib: usize,
     pub shim_threads: usize,
+    /// The pod's sandbox agent.
+    pub agent_fds: usize,
+    pub agent_rss_kib: usize,
     pub dying_memcgs: Option<i64>,
 }
 
 impl Sample {
     fn take(cycle: usize, containerd: u32, shim: u32) -> Sample {
+        let agent = crate::shim::residue::agents_of(shim)
+            .first()
+            .copied()
+            .unwrap_or(0);
         Sample {
             cycle,
             containerd_fds: fd_count(containerd).unwrap_or(0),
@@ -32,6 +39,8 @@ impl Sample {
             shim_fds: fd_count(shim).unwrap_or(0),
             shim_rss_kib: rss_kib(shim).unwrap_or(0),
             shim_threads: thread_count(shim).unwrap_or(0),
+            agent_fds: fd_count(agent).unwrap_or(0),
+            agent_rss_kib: rss_kib(agent).unwrap_or(0),
             dying_memcgs: dying_memcgs(),
         }
     }
@@ -184,17 +193,20 @@ pub fn first_last(lat: &[f64], k: usize) -> String {
 /// The samples as a table.
 pub fn samples_table(samples: &[Sample]) -> String {
     let mut t = String::from(
-        "cycle  containerd_fds  containerd_rss_KiB  shim_fds  shim_rss_KiB  shim_threads  dying_memcgs\n",
+        "cycle  containerd_fds  containerd_rss_KiB  shim_fds  shim_rss_KiB  shim_threads  \
+         agent_fds  agent_rss_KiB  dying_memcgs\n",
     );
     for s in samples {
         t.push_str(&format!(
-            "{:>5}  {:>14}  {:>18}  {:>8}  {:>12}  {:>12}  {:>12}\n",
+            "{:>5}  {:>14}  {:>18}  {:>8}  {:>12}  {:>12}  {:>9}  {:>13}  {:>12}\n",
             s.cycle,
             s.containerd_fds,
             s.containerd_rss_kib,
             s.shim_fds,
             s.shim_rss_kib,
             s.shim_threads,
+            s.agent_fds,
+            s.agent_rss_kib,
             s.dying_memcgs.map(|d| d.to_string()).unwrap_or("-".into())
         ));
     }
