@@ -9,7 +9,7 @@ export RUND_CACHE
 
 .PHONY: all deps build demo test test-unit test-integration test-integration-1.6 \
 	test-integration-2.1 containerd-2.1 vm-deps test-v2 test-rdma-vm lint fmt bench \
-	bench-quick bench-micro fuzz-quick clean
+	bench-quick bench-micro fuzz-quick soak clean
 
 all: build
 
@@ -71,6 +71,13 @@ test-rdma-vm: build vm-deps
 fmt:
 	$(CARGO) fmt --all
 	rustfmt --edition 2021 fuzz/src/lib.rs fuzz/fuzz_targets/*.rs
+
+# Not in `make test` (long): 1000 create/exec/delete cycles in one pod, then
+# 200 pods at once; prints latency first-100 vs last-100, fds/RSS over time,
+# dying memcgs and every leak counter, and fails on any failure or leak.
+# RUND_SOAK_CYCLES and RUND_SOAK_CONCURRENCY change the sizes.
+soak: build
+	RUND_REQUIRE_BINS=1 $(CARGO) test -p rund-tests --test soak -- --ignored --nocapture --test-threads=1
 
 # rund against runc-v2 side by side on one private containerd; results in
 # target/bench/ (results.json, plot.svg). BENCH_ARGS passes flags through.

@@ -5,6 +5,7 @@ pub mod cli;
 pub mod config;
 pub mod entry;
 pub mod error;
+pub mod failpoint;
 pub mod hooks;
 pub mod io;
 pub mod policy;

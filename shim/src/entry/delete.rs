@@ -1,21 +1,47 @@
 //! `delete`: containerd's clean-up after a shim connection closes. Idempotent:
-//! unmount the rootfs, stop a leftover agent, answer 137.
+//! unmount the rootfs and any lower layer staged for it, stop a leftover
+//! agent, give back the cgroup and the user namespace lease, answer 137.
+//! The rund config is the one recorded in the bundle at `start` (containerd
+//! passes `delete` no runtime options), else `$RUND_CONFIG` or the default.
 
 use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use containerd_shim::Flags;
 use containerd_shim_protos::api::DeleteResponse;
 use containerd_shim_protos::protobuf::Message;
 
+use crate::config::RundConfig;
+use crate::entry::record;
 use crate::task::events::{now_ns, timestamp_ns};
 
-pub fn run(_flags: &Flags) -> Result<(), String> {
+pub fn run(flags: &Flags) -> Result<(), String> {
     let bundle = std::env::current_dir().map_err(|e| format!("cwd: {e}"))?;
     if let Err(e) = crate::rootfs::cleanup(&bundle) {
         eprintln!("rund delete: {e}");
     }
-    crate::entry::serve::kill_recorded_agent(&bundle);
-    remove_cgroup(&bundle);
+    crate::rootfs::unstage_all(&bundle);
+    record::kill_agent(&bundle);
+    let config = match RundConfig::load(record::recorded_config(&bundle).as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rund delete: {e}; using the defaults");
+            RundConfig::default()
+        }
+    };
+    let id = if flags.id.is_empty() {
+        bundle
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string()
+    } else {
+        flags.id.clone()
+    };
+    remove_cgroup(&bundle, &id, &config);
+    release_leases(&config, &id);
+    remove_dead_socket(&bundle);
     let resp = DeleteResponse {
         pid: 0,
         exit_status: 137,
@@ -31,27 +57,69 @@ pub fn run(_flags: &Flags) -> Result<(), String> {
 
 /// After a shim crash the container's cgroup outlives it: empty it and give
 /// it back (recycled into the pool, or removed). Best effort, idempotent.
-fn remove_cgroup(bundle: &std::path::Path) {
+fn remove_cgroup(bundle: &Path, id: &str, config: &RundConfig) {
     let Ok(spec) = crate::spec::load(bundle) else {
         return;
     };
-    let id = bundle
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or_default()
-        .to_string();
-    let path = crate::cgroups::path_for(&spec, &id);
-    let cfg = crate::config::RundConfig::load(None)
-        .map(|c| c.cgroup)
-        .unwrap_or_default();
+    let path = crate::cgroups::path_for(&spec, id);
     let Ok(hier) = rund_cgroup::Hierarchy::detect() else {
         return;
     };
-    let cgroups =
-        rund_cgroup::Cgroups::with(hier, std::sync::Arc::new(rund_cgroup::fs::RealFs), cfg);
+    let cgroups = rund_cgroup::Cgroups::with(
+        hier,
+        std::sync::Arc::new(rund_cgroup::fs::RealFs),
+        config.cgroup.clone(),
+    );
     let Ok(mgr) = cgroups.load(&path) else { return };
     let _ = mgr.kill_all(nix::sys::signal::Signal::SIGKILL);
     if let Err(e) = mgr.destroy() {
         eprintln!("rund delete: cgroup {path}: {e}");
+    }
+}
+
+/// A killed shim leaves its socket behind (under /run/containerd/s): remove
+/// it once nobody listens. A pod's live shim still answers: it stays.
+fn remove_dead_socket(bundle: &Path) {
+    let Ok(address) = std::fs::read_to_string(bundle.join("address")) else {
+        return;
+    };
+    let path = address.trim().trim_start_matches("unix://");
+    if path.is_empty() || path.starts_with('@') {
+        return;
+    }
+    match std::os::unix::net::UnixStream::connect(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            let _ = std::fs::remove_file(path);
+        }
+        _ => {}
+    }
+}
+
+/// Drops the leases of dead owners, this sandbox's among them once its
+/// agent, which ends itself when its shim is gone, has died (bounded wait:
+/// it may have been unrecorded if the shim died just after starting it).
+fn release_leases(config: &RundConfig, id: &str) {
+    use crate::userns::lease::{Liveness, ProcLiveness};
+    let Ok(store) = crate::userns::LeaseStore::in_state_dir(&config.state_dir, &config.userns)
+    else {
+        return;
+    };
+    if !store.path().exists() {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let live = store
+            .list()
+            .unwrap_or_default()
+            .into_iter()
+            .any(|e| e.sandbox_id == id && ProcLiveness.is_alive(&e.owner));
+        if !live {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if let Err(e) = store.reclaim() {
+        eprintln!("rund delete: user namespace leases: {e}");
     }
 }

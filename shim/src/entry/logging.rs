@@ -1,11 +1,16 @@
 //! Logging to containerd's `log` FIFO in the bundle (the server's cwd).
+//!
+//! Every event is written through the one shared file: no fd is made per
+//! event, so running out of fds never stops logging, and a failed write is
+//! dropped, never a panic.
 
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::OnceLock;
 
-static LOG: OnceLock<std::fs::File> = OnceLock::new();
+static LOG: OnceLock<File> = OnceLock::new();
 
 pub fn init(debug: bool) {
     let file = OpenOptions::new()
@@ -21,11 +26,27 @@ pub fn init(debug: bool) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(false)
-        .with_writer(|| LOG.get().expect("log set").try_clone().expect("dup log"))
+        .with_writer(|| SharedLog)
         .try_init();
 }
 
-/// A dup of the log for the agent's stderr.
+/// A handle on the shared log file; writes go nowhere before `init`.
+struct SharedLog;
+
+impl Write for SharedLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match LOG.get() {
+            Some(mut f) => f.write(buf),
+            None => Ok(buf.len()),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A dup of the log for the agent's stderr (none when fds ran out).
 pub fn agent_log_fd() -> Option<OwnedFd> {
     LOG.get()
         .and_then(|f| f.try_clone().ok())

@@ -4,6 +4,7 @@
 pub mod bootstrap;
 pub mod delete;
 pub mod logging;
+pub mod record;
 pub mod serve;
 pub mod start;
 

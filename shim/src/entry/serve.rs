@@ -1,11 +1,11 @@
 //! The long-running shim server: ttrpc on the socket containerd gave us,
 //! the Task service under both task v2 and v3 names.
 
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::Path;
 use std::sync::Arc;
 
-use containerd_shim::publisher::RemotePublisher;
 use containerd_shim::{ExitSignal, Flags};
 use containerd_shim_protos::shim_async::create_task;
 use containerd_shim_protos::ttrpc::r#async::transport::Listener;
@@ -13,10 +13,13 @@ use containerd_shim_protos::ttrpc::r#async::Server;
 
 use crate::config::RundConfig;
 use crate::task::events::Events;
+use crate::task::publish::Publisher;
 use crate::task::Service;
 
 const TASK_V2: &str = "containerd.task.v2.Task";
 const TASK_V3: &str = "containerd.task.v3.Task";
+/// How long an exiting shim waits for containerd to take its last events.
+const FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub fn run(flags: Flags) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -47,7 +50,7 @@ async fn serve(flags: Flags) -> Result<(), String> {
         None
     } else {
         Some(
-            RemotePublisher::new(&ttrpc_address)
+            Publisher::connect(&ttrpc_address)
                 .await
                 .map_err(|e| format!("publisher: {e}"))?,
         )
@@ -65,6 +68,9 @@ async fn serve(flags: Flags) -> Result<(), String> {
     }
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path).map_err(|e| format!("bind {path}: {e}"))?;
+    // Only root (containerd) may drive the shim, as with runc's shim.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("chmod {path}: {e}"))?;
     let listener = Listener::try_from(listener).map_err(|e| format!("listener: {e}"))?;
 
     let task: Arc<dyn containerd_shim_protos::shim_async::Task + Send + Sync> =
@@ -99,6 +105,8 @@ async fn serve(flags: Flags) -> Result<(), String> {
         }
     });
     exit.wait().await;
+    // Every event answered before the connection to containerd closes.
+    service.events.flush(FLUSH_LIMIT).await;
     // The request that asked us to exit (Shutdown, ShutdownSandbox) is still
     // being answered: ttrpc's shutdown drops unsent replies, and containerd
     // fails RemovePodSandbox on a lost ShutdownSandbox reply.
@@ -112,40 +120,4 @@ async fn serve(flags: Flags) -> Result<(), String> {
 fn signal_started() {
     // SAFETY: dup2 onto fd 1; both fds are valid for the process lifetime.
     unsafe { libc::dup2(libc::STDERR_FILENO, libc::STDOUT_FILENO) };
-}
-
-/// The agent pid recorded in a bundle, with its start time against pid reuse.
-pub fn record_agent(bundle: &Path, pid: i32) {
-    if let Some(start) = start_time(pid) {
-        let _ = std::fs::write(bundle.join("rund-agent.pid"), format!("{pid} {start}"));
-    }
-}
-
-/// `delete` after a crash: kill the agent recorded in this bundle, if it is
-/// still the same process.
-pub fn kill_recorded_agent(bundle: &Path) {
-    let file = bundle.join("rund-agent.pid");
-    let Ok(text) = std::fs::read_to_string(&file) else {
-        return;
-    };
-    let mut it = text.split_whitespace();
-    let (Some(pid), Some(start)) = (
-        it.next().and_then(|p| p.parse::<i32>().ok()),
-        it.next().and_then(|s| s.parse::<u64>().ok()),
-    ) else {
-        return;
-    };
-    if start_time(pid) == Some(start) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
-    let _ = std::fs::remove_file(file);
-}
-
-fn start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split_whitespace().nth(19)?.parse().ok()
 }

@@ -22,6 +22,12 @@ pub fn run(flags: &Flags) -> Result<(), String> {
         Ok(spec) => crate::spec::grouping_id(&spec, &flags.id),
         Err(_) => flags.id.clone(), // Create reports a bad config.json properly.
     };
+    // containerd writes the runtime's options (ConfigPath) on our stdin: the
+    // sandbox API has no Create that would carry them, and `delete` gets none.
+    let config_path = config_path_from_stdin();
+    if let Some(p) = &config_path {
+        let _ = super::record::config_path(&bundle, p);
+    }
     let address = super::socket_address(flags, &grouping);
     let reply = bootstrap::choose(&flags.publish_binary);
     let path = address.trim_start_matches("unix://").to_string();
@@ -50,9 +56,7 @@ pub fn run(flags: &Flags) -> Result<(), String> {
     if !flags.publish_binary.is_empty() {
         cmd.args(["-publish-binary", &flags.publish_binary]);
     }
-    // containerd writes the runtime's options (ConfigPath) on our stdin: the
-    // sandbox API has no Create that would carry them.
-    if let Some(path) = config_path_from_stdin() {
+    if let Some(path) = config_path {
         cmd.env(crate::config::ENV_PATH, path);
     }
     if flags.debug {
@@ -92,6 +96,9 @@ fn write_address(bundle: &Path, address: &str) -> Result<(), String> {
 
 /// `ConfigPath` of the runtime options containerd wrote on stdin, if any.
 fn config_path_from_stdin() -> Option<String> {
+    if nix::unistd::isatty(std::io::stdin()).unwrap_or(false) {
+        return None;
+    }
     let mut buf = Vec::new();
     std::io::stdin().take(1 << 20).read_to_end(&mut buf).ok()?;
     options_config_path(&buf)

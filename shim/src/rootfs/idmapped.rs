@@ -39,6 +39,9 @@ pub fn overlay(
         ));
     }
     let staged = stage_lowers(bundle, &lowers, userns)?;
+    if let Some(id) = bundle.file_name().and_then(|n| n.to_str()) {
+        crate::failpoint::hit("create:lowers", id);
+    }
     let target = bundle.join("rootfs");
     let result = (|| {
         std::fs::create_dir_all(&target).map_err(|e| io_err("mkdir", &target, e))?;
@@ -77,6 +80,9 @@ pub fn overlay(
     result.map(|()| target)
 }
 
+/// Staging points of idmapped lowers: `<bundle>/.rund-lower-N`.
+const STAGE_PREFIX: &str = ".rund-lower-";
+
 /// Idmaps each lower layer and attaches it under `<bundle>/.rund-lower-N`.
 fn stage_lowers(
     bundle: &Path,
@@ -85,7 +91,7 @@ fn stage_lowers(
 ) -> Result<Vec<PathBuf>, RootfsError> {
     let mut staged = Vec::new();
     for (i, lower) in lowers.iter().enumerate() {
-        let at = bundle.join(format!(".rund-lower-{i}"));
+        let at = bundle.join(format!("{STAGE_PREFIX}{i}"));
         let step = (|| {
             std::fs::create_dir_all(&at).map_err(|e| io_err("mkdir", &at, e))?;
             let tree = idmapped_clone(lower, false, userns)
@@ -110,6 +116,23 @@ fn unstage(staged: &[PathBuf]) {
         let _ = umount2(at, MntFlags::MNT_DETACH);
         let _ = std::fs::remove_dir(at);
     }
+}
+
+/// Detaches and removes staging points a shim that died mid-Create left.
+pub fn unstage_all(bundle: &Path) {
+    let Ok(rd) = std::fs::read_dir(bundle) else {
+        return;
+    };
+    let staged: Vec<PathBuf> = rd
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(STAGE_PREFIX))
+        .map(|e| e.path())
+        .collect();
+    for at in &staged {
+        // Stacked attaches: peel them all.
+        while umount2(at, MntFlags::MNT_DETACH).is_ok() {}
+    }
+    unstage(&staged);
 }
 
 fn io_err(what: &str, p: &Path, e: std::io::Error) -> RootfsError {

@@ -11,6 +11,7 @@ use containerd_shim_protos::types::mount::Mount;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 
 pub use detached::open_tree_clone;
+pub use idmapped::unstage_all;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RootfsError {

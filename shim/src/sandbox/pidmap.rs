@@ -13,18 +13,23 @@ use super::SandboxError;
 /// Host pid of the agent's child whose pid in the agent's namespace is `inner`.
 pub fn host_pid(proc_root: &Path, agent_host_pid: i32, inner: u32) -> Result<i32, SandboxError> {
     let err = |m: String| SandboxError::PidLookup(inner, m);
-    let level = agent_level(proc_root, agent_host_pid);
+    let level = agent_level(proc_root, agent_host_pid).map_err(err)?;
     let tasks = proc_root.join(agent_host_pid.to_string()).join("task");
     let entries =
         std::fs::read_dir(&tasks).map_err(|e| err(format!("{}: {e}", tasks.display())))?;
     let mut seen = Vec::new();
     for task in entries.flatten() {
-        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        let Some(children) = read_proc(&task.path().join("children")).map_err(err)? else {
+            continue;
+        };
         for child in children.split_whitespace() {
             let Ok(pid) = child.parse::<i32>() else {
                 continue;
             };
-            let at = nspid_at(proc_root, pid, level);
+            let status = read_proc(&proc_root.join(child).join("status")).map_err(err)?;
+            let at = status
+                .as_deref()
+                .and_then(|s| parse_nspid(s)?.get(level).copied());
             if at == Some(inner) {
                 return Ok(pid);
             }
@@ -36,19 +41,28 @@ pub fn host_pid(proc_root: &Path, agent_host_pid: i32, inner: u32) -> Result<i32
     )))
 }
 
-/// How many pid namespaces the agent's is below the reader's: 1 when the
-/// agent is PID 1 of its own, 0 in a hostPID sandbox.
-fn agent_level(proc_root: &Path, agent_host_pid: i32) -> usize {
-    std::fs::read_to_string(proc_root.join(agent_host_pid.to_string()).join("status"))
-        .ok()
-        .and_then(|s| parse_nspid(&s))
-        .map_or(1, |v| v.len().saturating_sub(1))
+/// The depth of the agent's pid namespace below ours.
+fn agent_level(proc_root: &Path, agent_host_pid: i32) -> Result<usize, String> {
+    let path = proc_root.join(agent_host_pid.to_string()).join("status");
+    let status =
+        read_proc(&path)?.ok_or_else(|| format!("{}: the agent is gone", path.display()))?;
+    let nspid = parse_nspid(&status).unwrap_or_default();
+    Ok(nspid.len().saturating_sub(1))
 }
 
-/// The pid of `pid` `level` namespaces below the reader's (`NSpid:` field).
-pub fn nspid_at(proc_root: &Path, pid: i32, level: usize) -> Option<u32> {
-    let status = std::fs::read_to_string(proc_root.join(pid.to_string()).join("status")).ok()?;
-    parse_nspid(&status)?.get(level).copied()
+/// A /proc file; `None` if its process or thread is gone. Any other error
+/// (out of fds, say) is the caller's: it must not read as "no such pid".
+fn read_proc(path: &Path) -> Result<Option<String>, String> {
+    match std::fs::read_to_string(path) {
+        Ok(s) => Ok(Some(s)),
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(libc::ESRCH) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
 }
 
 fn parse_nspid(status: &str) -> Option<Vec<u32>> {
@@ -67,7 +81,9 @@ pub fn host_pids_of(
     inner: &[u32],
 ) -> std::collections::HashMap<u32, i32> {
     use std::collections::HashMap;
-    let level = agent_level(proc_root, agent_host_pid);
+    let Ok(level) = agent_level(proc_root, agent_host_pid) else {
+        return HashMap::new();
+    };
     let mut parent: HashMap<i32, i32> = HashMap::new();
     let mut in_agent_ns: HashMap<i32, u32> = HashMap::new();
     for entry in std::fs::read_dir(proc_root).into_iter().flatten().flatten() {
@@ -124,6 +140,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         std::fs::create_dir_all(root.join("100/task/100")).unwrap();
+        std::fs::write(root.join("100/status"), "NSpid:\t100\t1\n").unwrap();
         std::fs::write(root.join("100/task/100/children"), "200 201 ").unwrap();
         for (pid, ns) in [(200, 5), (201, 9)] {
             std::fs::create_dir_all(root.join(pid.to_string())).unwrap();

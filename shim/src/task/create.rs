@@ -44,12 +44,14 @@ pub async fn create_with(
         ));
     }
     let _id = svc.reserve(&req.id).await?;
+    crate::failpoint::hit("create:reserved", &req.id);
     let bundle = PathBuf::from(&req.bundle);
     let spec = spec::load(&bundle)?;
     spec::check_supported(&spec)?;
     let mut undo = Undo::new(format!("create {}", req.id));
     match steps(svc, &req, &bundle, spec, &mut undo).await {
         Ok(c) => {
+            crate::failpoint::hit("create:placed", &req.id);
             undo.commit();
             let pid = c.init.pid();
             let stdio = c.init.stdio.clone();
@@ -159,10 +161,12 @@ async fn steps(
         });
     }
     phases.mark("rootfs");
+    crate::failpoint::hit("create:rootfs", &req.id);
 
     let cg = cgroup(cgroups_ready, &spec, &req.id, undo).await?;
     phases.mark("cgroup");
     phases.extra("cgroup_cpu", cg.create_cpu);
+    crate::failpoint::hit("create:cgroup", &req.id);
     // Binds of the container's own cgroup (indices shift), then host /sys
     // binds (in place): both cloned plainly.
     let own_cgroup = spec::cgroupfs::OwnCgroup::of(cg.dirs());
@@ -225,6 +229,7 @@ async fn steps(
     )
     .await?;
     phases.mark("agent");
+    crate::failpoint::hit("create:agent", &req.id);
     spawn::place(&spawned, Some(&cg), &rlimits, on_failure).await?;
     if spawned.paused {
         let state = crate::hooks::state_json(&spec, &req.id, "creating", spawned.host_pid, bundle);

@@ -4,7 +4,6 @@
 //! `publish` is the order containerd sees. Handlers enforce the lifecycle
 //! order (Create -> Start -> Exit -> Delete) by when they call it.
 
-use containerd_shim::publisher::RemotePublisher;
 use containerd_shim_protos::events::task::{
     TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskIO, TaskOOM, TaskPaused,
     TaskResumed, TaskStart,
@@ -12,10 +11,11 @@ use containerd_shim_protos::events::task::{
 use containerd_shim_protos::protobuf::well_known_types::timestamp::Timestamp;
 use containerd_shim_protos::protobuf::MessageDyn;
 use containerd_shim_protos::topics::*;
-use containerd_shim_protos::ttrpc::context::Context;
+
+use super::publish::Publisher;
 
 pub struct Events {
-    publisher: Option<RemotePublisher>,
+    publisher: Option<Publisher>,
     namespace: String,
 }
 
@@ -34,7 +34,7 @@ pub fn now_ns() -> i64 {
 }
 
 impl Events {
-    pub fn new(publisher: Option<RemotePublisher>, namespace: String) -> Self {
+    pub fn new(publisher: Option<Publisher>, namespace: String) -> Self {
         Events {
             publisher,
             namespace,
@@ -43,11 +43,15 @@ impl Events {
 
     async fn send(&self, topic: &str, ev: Box<dyn MessageDyn>) {
         let Some(p) = &self.publisher else { return };
-        if let Err(e) = p
-            .publish(Context::default(), topic, &self.namespace, ev)
-            .await
-        {
+        if let Err(e) = p.publish(topic, &self.namespace, &*ev) {
             tracing::warn!(topic, "publishing event failed: {e}");
+        }
+    }
+
+    /// Waits (bounded) until containerd has answered every event sent.
+    pub async fn flush(&self, limit: std::time::Duration) {
+        if let Some(p) = &self.publisher {
+            p.flush(limit).await;
         }
     }
 

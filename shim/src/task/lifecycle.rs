@@ -217,6 +217,8 @@ pub async fn delete(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<Delet
     if c.rootfs_mounted {
         crate::rootfs::cleanup(&c.bundle)?;
     }
+    // Before the cgroup goes back to the pool and a new tenant.
+    c.stop_oom_watch();
     let last = {
         let mut all = svc.containers.lock().await;
         all.remove(id);

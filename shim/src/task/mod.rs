@@ -6,10 +6,11 @@ pub mod events;
 mod exec;
 mod lifecycle;
 mod namespaces;
-mod options;
+pub(crate) mod options;
 pub use options::config_path;
 mod phases;
 mod pod;
+pub mod publish;
 mod resources;
 mod spawn;
 pub mod state;
@@ -299,15 +300,26 @@ pub async fn stats_any(
         .ok_or_else(|| ShimError::Internal(format!("no stats for {id}")))
 }
 
+/// How long teardown waits for one exit to be published.
+const WATCHER_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Shim SIGTERM: tear the sandbox down (TERM, grace, KILL) and publish exits.
 pub async fn teardown_all(svc: &Arc<Service>) {
     if let Some(sb) = svc.sandbox() {
         sb.teardown(sb.grace).await;
     }
-    // Exit watchers publish each exit as the agent reports it.
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    // Nothing runs any more: give back the cgroups and unmount the rootfs.
+    // Each started process's exit watcher publishes its exit as the agent
+    // reports it: wait for every one (bounded, should one never end).
     let containers: Vec<_> = svc.containers.lock().await.values().cloned().collect();
+    for c in &containers {
+        for p in c.processes() {
+            if p.started.load(std::sync::atomic::Ordering::SeqCst) {
+                let _ = tokio::time::timeout(WATCHER_LIMIT, p.wait_exit()).await;
+            }
+        }
+        c.stop_oom_watch();
+    }
+    // Nothing runs any more: give back the cgroups and unmount the rootfs.
     for c in containers {
         if let Some(cg) = &c.cgroup {
             if let Err(e) = cg.destroy().await {

@@ -137,7 +137,8 @@ pub async fn start(
             return Err(e.into());
         }
     };
-    crate::entry::serve::record_agent(bundle, sb.pid());
+    crate::failpoint::hit("create:sandbox", id);
+    crate::entry::record::agent(bundle, sb.pid());
     claim.fulfil(sb.clone());
     let (s, b) = (svc.clone(), sb.clone());
     undo.push("sandbox", async move {

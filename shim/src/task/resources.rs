@@ -86,7 +86,8 @@ pub fn watch_oom(svc: Arc<Service>, c: Arc<Container>) {
     };
     let fd = Arc::new(fd);
     *c.oom.lock().expect("oom lock") = Some(fd.clone());
-    tokio::spawn(async move {
+    let owner = c.clone();
+    let task = tokio::spawn(async move {
         loop {
             let Ok(mut guard) = fd.readable().await else {
                 return;
@@ -98,6 +99,7 @@ pub fn watch_oom(svc: Arc<Service>, c: Arc<Container>) {
             }
         }
     });
+    *owner.oom_task.lock().expect("oom lock") = Some(task.abort_handle());
 }
 
 /// Publishes any pending OOM events; false once the cgroup is gone.

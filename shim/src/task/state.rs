@@ -129,6 +129,8 @@ pub struct Container {
     pub paused: AtomicBool,
     /// The OOM event source, once the init started.
     pub oom: Mutex<Option<std::sync::Arc<tokio::io::unix::AsyncFd<rund_cgroup::OomWatcher>>>>,
+    /// The task reading it; aborted on Delete, before the cgroup is reused.
+    pub oom_task: Mutex<Option<tokio::task::AbortHandle>>,
     /// Serialises OOM and exit publication (TaskOOM before TaskExit).
     pub oom_order: tokio::sync::Mutex<()>,
 }
@@ -154,6 +156,7 @@ impl Container {
             execs: Default::default(),
             paused: Default::default(),
             oom: Default::default(),
+            oom_task: Default::default(),
             oom_order: Default::default(),
         }
     }
@@ -168,6 +171,23 @@ impl Container {
             .get(exec_id)
             .cloned()
             .flatten()
+    }
+
+    /// The init and every exec created so far.
+    pub fn processes(&self) -> Vec<std::sync::Arc<Process>> {
+        let execs = self.execs.lock().expect("execs");
+        std::iter::once(self.init.clone())
+            .chain(execs.values().flatten().cloned())
+            .collect()
+    }
+
+    /// Stops OOM watching: the task ends and the watcher's fds close, so a
+    /// recycled cgroup never reports its next tenant's OOMs under this id.
+    pub fn stop_oom_watch(&self) {
+        if let Some(task) = self.oom_task.lock().expect("oom lock").take() {
+            task.abort();
+        }
+        self.oom.lock().expect("oom lock").take();
     }
 
     /// Reserves an exec id; `None` if it is taken.

@@ -65,7 +65,12 @@ impl Containerd {
     /// Start `ctr events` and return once it is subscribed (it has seen an event the helper
     /// provoked by labelling the instance namespace), so no later event is missed.
     pub fn watch_events(&self) -> Result<EventWatch> {
-        let mut c = self.ctr_command(&self.namespace);
+        self.watch_events_in(&self.namespace)
+    }
+
+    /// [`Containerd::watch_events`] for namespace `ns` (e.g. [`super::K8S_NAMESPACE`]).
+    pub fn watch_events_in(&self, ns: &str) -> Result<EventWatch> {
+        let mut c = self.ctr_command(ns);
         c.arg("events")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -87,12 +92,12 @@ impl Containerd {
             child,
             seen,
             reader: Some(reader),
-            namespace: self.namespace.clone(),
+            namespace: ns.to_owned(),
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         for i in 0.. {
             let label = format!("rund-it-probe={i}");
-            self.ctr(&["namespaces", "label", &self.namespace, &label])?
+            self.ctr_in(ns, &["namespaces", "label", ns, &label])?
                 .check()?;
             let probe = |e: &Event| e.topic == "/namespaces/update";
             if watch

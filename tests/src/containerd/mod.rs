@@ -94,6 +94,8 @@ pub struct ContainerdOpts {
     pub extra_config: String,
     /// How long to wait for the socket to answer.
     pub start_timeout: Duration,
+    /// Extra environment for containerd, which passes it on to every shim (e.g. a failpoint).
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for ContainerdOpts {
@@ -115,6 +117,7 @@ impl Default for ContainerdOpts {
             pod_network: false,
             extra_config: String::new(),
             start_timeout: Duration::from_secs(30),
+            env: Vec::new(),
         }
     }
 }
@@ -275,21 +278,31 @@ impl Containerd {
         self.layout
             .create()
             .ctx("create containerd dirs", &self.dir)?;
-        let cfg_path = match &self.opts.config_file {
-            Some(p) => p.clone(),
-            None => {
-                let p = self.dir.join("config.toml");
-                let cfg = config::render(&self.layout, &self.opts, &self.bins);
-                std::fs::write(&p, cfg).ctx("write config.toml", &p)?;
-                p
-            }
-        };
+        if self.opts.config_file.is_none() {
+            let p = self.dir.join("config.toml");
+            let cfg = config::render(&self.layout, &self.opts, &self.bins);
+            std::fs::write(&p, cfg).ctx("write config.toml", &p)?;
+        }
         if self.opts.pod_network && self.podnet.is_none() {
             let suffix = self.namespace.trim_start_matches("rit-");
             let net = PodNetwork::create(&self.dir, &self.layout.cni_conf, suffix)?;
             self.podnet = Some(net);
         }
-        let log = std::fs::File::create(&self.log).ctx("create log", &self.log)?;
+        self.launch()
+    }
+
+    /// Runs containerd on the instance's config; its log is appended to.
+    fn launch(&mut self) -> Result<()> {
+        let cfg_path = self
+            .opts
+            .config_file
+            .clone()
+            .unwrap_or_else(|| self.dir.join("config.toml"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .ctx("open log", &self.log)?;
         let log2 = log.try_clone().ctx("dup log", &self.log)?;
         let containerd = self.bins.containerd();
         let mut cmd = Command::new(&containerd);
@@ -316,6 +329,7 @@ impl Containerd {
         if let Some(net) = &self.podnet {
             net.enter_on_exec(&mut cmd);
         }
+        cmd.envs(self.opts.env.iter().map(|(k, v)| (k, v)));
         self.child = Some(cmd.spawn().ctx("spawn containerd", containerd)?);
         Ok(())
     }
@@ -370,14 +384,6 @@ impl Containerd {
             .join(id)
     }
 
-    /// Stop containerd and start it again from the same config (shims keep running).
-    pub fn restart(&mut self) -> Result<()> {
-        self.stop();
-        let _ = std::fs::remove_dir_all(&self.path_dir);
-        self.spawn()?;
-        self.wait_ready()
-    }
-
     /// containerd's pid.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())
@@ -418,6 +424,23 @@ impl Containerd {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// Stops containerd (SIGTERM, as a service restart does) and starts it again on the same
+    /// root, state, sockets and config; shims keep running meanwhile.
+    pub fn restart(&mut self) -> Result<()> {
+        self.stop();
+        self.launch()?;
+        self.wait_ready()
+    }
+
+    /// Starts containerd again after [`Containerd::stop`] (no-op if it runs).
+    pub fn start_again(&mut self) -> Result<()> {
+        if self.child.is_some() {
+            return Ok(());
+        }
+        self.launch()?;
+        self.wait_ready()
     }
 
     /// Stop containerd: SIGTERM, up to 10 s, then SIGKILL. Idempotent.

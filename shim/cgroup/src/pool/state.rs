@@ -60,6 +60,7 @@ impl ParentState {
                 warmed: false,
             })?;
         }
+        sweep_stale_tmp(&st.dir);
         Ok(st)
     }
 
@@ -157,9 +158,53 @@ pub(crate) fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
         })
 }
 
+/// Removes temp files whose writer died between write and rename (a shim
+/// killed mid-update): their name carries the writer's pid.
+fn sweep_stale_tmp(dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(pid) = tmp_writer(&name.to_string_lossy()) else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// The writer pid of a temp file made by [`tmp_name`].
+fn tmp_writer(name: &str) -> Option<u32> {
+    let (_, suffix) = name.rsplit_once(".tmp-")?;
+    u32::from_str_radix(suffix.split('-').next()?, 16).ok()
+}
+
 fn tmp_name(path: &Path) -> PathBuf {
     let n = crate::pool::unique_suffix();
     let mut s = path.as_os_str().to_owned();
     s.push(format!(".tmp-{n}"));
     PathBuf::from(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temp_files_of_dead_writers_are_swept() {
+        let d = tempfile::tempdir().unwrap();
+        let mine = tmp_name(&d.path().join("counters.json"));
+        std::fs::write(&mine, "x").unwrap();
+        let dead = d.path().join("meta.json.tmp-7ffffffe-1-0");
+        std::fs::write(&dead, "x").unwrap();
+        std::fs::write(d.path().join("meta.json"), "{}").unwrap();
+        assert_eq!(tmp_writer("meta.json.tmp-7ffffffe-1-0"), Some(0x7fff_fffe));
+        assert_eq!(tmp_writer("meta.json"), None);
+        sweep_stale_tmp(d.path());
+        assert!(mine.exists(), "a live writer's temp file stays");
+        assert!(!dead.exists(), "a dead writer's temp file goes");
+        assert!(d.path().join("meta.json").exists());
+    }
 }

@@ -1,0 +1,115 @@
+//! The connection that forwards events to containerd (`TTRPC_ADDRESS`).
+//!
+//! Events go through one queue, sent one at a time in order; a failed send
+//! is retried in place with a growing pause and a fresh connection (a
+//! restarting containerd), so order holds, and dropped after a few tries.
+//! Before the shim exits, [`Publisher::flush`] waits for every queued event
+//! to be answered, so the connection closes with nothing in flight (else
+//! containerd logs a broken pipe writing the last answer).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use containerd_shim_protos::api::ForwardRequest;
+use containerd_shim_protos::protobuf::well_known_types::any::Any;
+use containerd_shim_protos::protobuf::MessageDyn;
+use containerd_shim_protos::shim::event::Envelope;
+use containerd_shim_protos::shim_async::{Client, EventsClient};
+use containerd_shim_protos::ttrpc::context;
+use tokio::sync::{mpsc, watch};
+
+/// Tries per event: about fifteen seconds of a containerd outage.
+const TRIES: u64 = 5;
+
+pub struct Publisher {
+    tx: mpsc::UnboundedSender<Envelope>,
+    /// Events queued and not yet answered (or given up).
+    pending: Arc<watch::Sender<usize>>,
+}
+
+fn unix_address(address: &str) -> String {
+    if address.starts_with("unix://") {
+        address.to_string()
+    } else {
+        format!("unix://{address}")
+    }
+}
+
+async fn connect(address: &str) -> Result<EventsClient, String> {
+    Client::connect(&unix_address(address))
+        .await
+        .map(EventsClient::new)
+        .map_err(|e| format!("connecting to {address}: {e}"))
+}
+
+impl Publisher {
+    /// Connects to containerd and starts the sending task.
+    pub async fn connect(address: &str) -> Result<Publisher, String> {
+        let client = connect(address).await?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let pending = Arc::new(watch::channel(0usize).0);
+        tokio::spawn(send_all(address.to_string(), client, rx, pending.clone()));
+        Ok(Publisher { tx, pending })
+    }
+
+    /// Queues one event.
+    pub fn publish(&self, topic: &str, namespace: &str, ev: &dyn MessageDyn) -> Result<(), String> {
+        let mut value = Vec::new();
+        ev.write_to_vec_dyn(&mut value)
+            .map_err(|e| format!("encoding {topic}: {e}"))?;
+        let envelope = Envelope {
+            timestamp: Some(super::events::timestamp_ns(super::events::now_ns())).into(),
+            namespace: namespace.to_string(),
+            topic: topic.to_string(),
+            event: Some(Any {
+                type_url: ev.descriptor_dyn().full_name().to_string(),
+                value,
+                ..Default::default()
+            })
+            .into(),
+            ..Default::default()
+        };
+        self.pending.send_modify(|n| *n += 1);
+        self.tx.send(envelope).map_err(|_| {
+            self.pending.send_modify(|n| *n -= 1);
+            format!("{topic}: the event queue is closed")
+        })
+    }
+
+    /// Waits (at most `limit`) until every queued event has been answered.
+    pub async fn flush(&self, limit: Duration) {
+        let mut rx = self.pending.subscribe();
+        let _ = tokio::time::timeout(limit, rx.wait_for(|n| *n == 0)).await;
+    }
+}
+
+async fn send_all(
+    address: String,
+    mut client: EventsClient,
+    mut rx: mpsc::UnboundedReceiver<Envelope>,
+    pending: Arc<watch::Sender<usize>>,
+) {
+    while let Some(envelope) = rx.recv().await {
+        let req = ForwardRequest {
+            envelope: Some(envelope).into(),
+            ..Default::default()
+        };
+        for attempt in 1..=TRIES {
+            let ctx = context::with_timeout(Duration::from_secs(10).as_nanos() as i64);
+            match client.forward(ctx, &req).await {
+                Ok(_) => break,
+                Err(e) if attempt == TRIES => {
+                    tracing::warn!(topic = %req.envelope.topic, "event dropped after {TRIES} tries: {e}");
+                }
+                Err(e) => {
+                    tracing::debug!(topic = %req.envelope.topic, "forwarding event: {e}; retrying");
+                    tokio::time::sleep(Duration::from_secs(attempt)).await;
+                    if let Ok(c) = connect(&address).await {
+                        client = c;
+                    }
+                }
+            }
+        }
+        pending.send_modify(|n| *n -= 1);
+    }
+}

@@ -1,0 +1,110 @@
+//! Fault suite, the shim killed in the middle of Create, at each named phase. The shim's test
+//! hook `RUND_FAILPOINT=create:<phase>@<id>` (set on containerd, which passes its environment
+//! to shims) makes it SIGKILL itself there, so no timing luck is involved. containerd then runs
+//! `containerd-shim-rund-v2 delete`, which must leave nothing: no mount (the rootfs, idmapped
+//! lower layers staged in the bundle), process, cgroup, lease, pool slot or state file; and the
+//! next Create, in a new pod, works. Every pod is remapped, so leases are in play.
+
+use rund_tests::faults::{FaultEnv, GRACE};
+use rund_tests::{ContainerdOpts, RunSpec};
+
+const FAILPOINT_ENV: &str = "RUND_FAILPOINT";
+const USERNS: &str = "[userns]\nmode = \"always\"\n";
+
+/// Runs `v-<phase>` with the failpoint armed for it alone, then checks the clean-up and that
+/// `n-<phase>` runs. `image`: an overlay image rootfs (its lowers are idmapped and staged).
+fn crash_at(phase: &str, image: bool) {
+    let test = format!("shim_killed_at_create_{phase}");
+    let victim = format!("v-{phase}");
+    let opts = ContainerdOpts {
+        env: vec![(FAILPOINT_ENV.into(), format!("create:{phase}@{victim}"))],
+        ..ContainerdOpts::new()
+    };
+    let Some(env) = FaultEnv::start(&test, opts, "", USERNS) else {
+        return;
+    };
+    let image_ref = image.then(|| {
+        env.ctd
+            .import_busybox_image(&env.ctd.namespace)
+            .expect("import image")
+    });
+    let spec = |id: &str, args: &[&str], detach: bool| {
+        let s = env.spec(id, args);
+        match image_ref {
+            Some(i) => RunSpec {
+                image: Some(i.into()),
+                rootfs: None,
+                detach,
+                ..s
+            },
+            None => RunSpec { detach, ..s },
+        }
+    };
+    let before = env.leftovers(&[]);
+
+    let out = env
+        .ctd
+        .run_spec(&spec(&victim, &["sleep", "100000"], true))
+        .unwrap();
+    assert!(!out.success(), "the shim died: Create must fail: {out:?}");
+    let log = std::fs::read_to_string(&env.ctd.log).unwrap_or_default();
+    assert!(
+        log.contains(&format!("failpoint create:{phase}")),
+        "the shim died at {phase}, not elsewhere: {out:?}\n{}",
+        env.ctd.log_tail(40)
+    );
+    env.ctd
+        .wait_for_status(&victim, "absent", GRACE)
+        .expect("no task is left");
+    env.ctd.container_delete(&victim).unwrap().check().unwrap();
+    env.assert_clean(&before);
+
+    let next = format!("n-{phase}");
+    let out = env
+        .ctd
+        .run_spec(&spec(&next, &["echo", "next"], false))
+        .unwrap();
+    assert_eq!(
+        (out.code(), out.stdout.as_str()),
+        (0, "next\n"),
+        "the next Create works: {out:?}"
+    );
+    env.assert_clean(&before);
+    let pool = env.pool_status();
+    assert_eq!(pool["claimed"], 0, "{pool}");
+}
+
+#[test]
+fn shim_killed_at_create_reserved() {
+    crash_at("reserved", false);
+}
+
+#[test]
+fn shim_killed_at_create_sandbox() {
+    crash_at("sandbox", false);
+}
+
+#[test]
+fn shim_killed_at_create_rootfs() {
+    crash_at("rootfs", true);
+}
+
+#[test]
+fn shim_killed_at_create_lowers() {
+    crash_at("lowers", true);
+}
+
+#[test]
+fn shim_killed_at_create_cgroup() {
+    crash_at("cgroup", false);
+}
+
+#[test]
+fn shim_killed_at_create_agent() {
+    crash_at("agent", false);
+}
+
+#[test]
+fn shim_killed_at_create_placed() {
+    crash_at("placed", false);
+}

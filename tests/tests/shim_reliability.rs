@@ -1,0 +1,117 @@
+//! The shim's own hygiene, driven directly (no containerd): its socket is root's alone, a
+//! normal lifecycle logs no warning, and running out of fds gives Create a clear error while
+//! logging goes on (no fd is made per log line; nothing panics).
+//!
+//! Needs root and rund's binaries; skipped with a message otherwise.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use containerd_shim_protos::ttrpc::Code;
+use rund_tests::faults::probe::{fd_count, nofile, set_soft_nofile};
+use rund_tests::ocispec::is_alive;
+use rund_tests::shim::{exec_process, exec_request, status_of, unique_id, Bundle, Direct};
+use rund_tests::{rund_bins_or_skip, shared_busybox_rootfs, RundBins};
+
+fn setup(test: &str) -> Option<RundBins> {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIP {test}: needs root (namespaces, mounts, cgroups)");
+        return None;
+    }
+    rund_bins_or_skip(test)
+}
+
+fn rootfs() -> &'static Path {
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _once = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    shared_busybox_rootfs().expect("busybox rootfs (busybox-static)")
+}
+
+async fn direct(bins: &RundBins, prefix: &str, args: &[&str]) -> Direct {
+    let bundle = Bundle::new(&unique_id(prefix)).unwrap();
+    bundle.write_config(&bundle.spec(rootfs(), args)).unwrap();
+    Direct::start(bins, bundle).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socket_is_root_only() {
+    let Some(bins) = setup("socket_is_root_only") else {
+        return;
+    };
+    let d = direct(&bins, "sock", &["true"]).await;
+    let mode = std::fs::metadata(&d.shim.socket)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "socket mode {mode:o}");
+    assert!(d.finish().await.by_itself);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_normal_lifecycle_logs_no_warning() {
+    let Some(bins) = setup("a_normal_lifecycle_logs_no_warning") else {
+        return;
+    };
+    let d = direct(&bins, "quiet", &["sleep", "100000"]).await;
+    d.create().await.unwrap();
+    d.start_process("").await.unwrap();
+    let id = d.bundle.id.clone();
+    let req = exec_request(&id, "e1", &exec_process(&["true"]));
+    d.shim
+        .task
+        .exec(rund_tests::shim::ctx(), &req)
+        .await
+        .unwrap();
+    d.start_process("e1").await.unwrap();
+    assert_eq!(d.wait_process("e1").await.unwrap().exit_status, 0);
+    d.delete_process("e1").await.unwrap();
+    d.kill_process("", libc::SIGKILL as u32).await.unwrap();
+    assert_eq!(d.wait_process("").await.unwrap().exit_status, 137);
+    d.delete_process("").await.unwrap();
+    let log = d.bundle.log();
+    let ended = d.finish().await;
+    assert!(ended.by_itself, "{ended:?}");
+    let noisy: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR ") || l.contains(" warn: "))
+        .collect();
+    assert!(
+        noisy.is_empty(),
+        "create, exec, kill, delete and shutdown are normal: {noisy:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_fds_create_fails_clearly_and_logging_goes_on() {
+    let Some(bins) = setup("out_of_fds_create_fails_clearly") else {
+        return;
+    };
+    let d = direct(&bins, "nofd", &["true"]).await;
+    let pid = d.shim.pid;
+    let (soft, _) = nofile(pid);
+    // Not one fd left: Create fails, and so would any per-line dup of the log.
+    set_soft_nofile(pid, fd_count(pid).unwrap() as u64);
+    let err = d.create().await.expect_err("Create without fds");
+    let (code, msg) =
+        status_of(&err).unwrap_or_else(|| panic!("an answer, not a transport error: {err:?}"));
+    assert_ne!(code, Code::OK);
+    assert!(
+        msg.contains("Too many open files"),
+        "the error names the cause: {msg}"
+    );
+    assert!(is_alive(pid), "the shim survives");
+    set_soft_nofile(pid, soft);
+    assert!(
+        d.bundle.log().contains("create failed"),
+        "the failure was logged: {}",
+        d.bundle.log()
+    );
+    // Nothing of the failed Create is in the way.
+    d.create()
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}\n{}", d.diagnostics()));
+    d.start_process("").await.unwrap();
+    assert_eq!(d.wait_process("").await.unwrap().exit_status, 0);
+    d.delete_process("").await.unwrap();
+    assert!(d.finish().await.by_itself);
+}
