@@ -270,8 +270,7 @@ fn kubelet_shaped_pod_reuses_inside_the_pod_and_leaves_nothing() {
     use rund_tests::{ContainerSpec, PodSpec, BUSYBOX_IMAGE};
     let test = "kubelet_shaped_pod_reuses_inside_the_pod_and_leaves_nothing";
     if !v1_memory_present() {
-        eprintln!("skip {test}: needs cgroup v1 (the pool renames cgroups; v2 has no pool)");
-        return;
+        rund_tests::skip!("{test}: needs cgroup v1 (the pool renames cgroups; v2 has no pool)");
     }
     let Some(_bins) = rund_bins_or_skip(test) else {
         return;

@@ -27,8 +27,7 @@ fn fuse_available() -> bool {
 fn exec_stuck_in_setup_hides_nothing() {
     let test = "exec_stuck_in_setup_hides_nothing";
     if !fuse_available() {
-        eprintln!("SKIP {test}: no /dev/fuse");
-        return;
+        rund_tests::skip!("{test}: no /dev/fuse");
     }
     let Some(ctd) = Containerd::start_under_test(test, ContainerdOpts::new()) else {
         return;
@@ -118,15 +117,13 @@ fn pod_spec(
 async fn dropped_create_leaves_no_process_in_the_agent() {
     let test = "dropped_create_leaves_no_process_in_the_agent";
     if !nix::unistd::geteuid().is_root() || !fuse_available() {
-        eprintln!("SKIP {test}: needs root and /dev/fuse");
-        return;
+        rund_tests::skip!("{test}: needs root and /dev/fuse");
     }
     let Some(bins) = rund_bins_or_skip(test) else {
         return;
     };
     if rund_tests::runtime_under_test() != rund_tests::RUND_RUNTIME {
-        eprintln!("SKIP {test}: drives rund's shim directly");
-        return;
+        rund_tests::skip!("{test}: drives rund's shim directly");
     }
     let rootfs = {
         static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());

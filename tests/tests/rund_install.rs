@@ -173,8 +173,7 @@ fn install_registers_rund_with_this_containerd() {
 #[test]
 fn install_on_2x_with_a_version_2_config() {
     if !line::selected().is_ok_and(|b| b.is_v2()) {
-        eprintln!("SKIP install_on_2x_with_a_version_2_config: containerd 2.x only");
-        return;
+        rund_tests::skip!("containerd 2.x only");
     }
     install_and_run_a_pod("install_on_2x_with_a_version_2_config", Some(2));
 }

@@ -425,9 +425,17 @@ fn stats_are_real_cgroup_numbers() {
     let Some(ctd) = start("stats_are_real_cgroup_numbers") else {
         return;
     };
-    if !Path::new("/sys/fs/cgroup/memory").is_dir() {
-        rund_tests::skip!("the metrics layout checked is cgroup v1's");
-    }
+    // containerd's v1 and v2 Metrics name the same numbers differently.
+    let v1 = Path::new("/sys/fs/cgroup/memory").is_dir();
+    let (cpu_used, mem_used, mem_limit) = if v1 {
+        (
+            "/cpu/usage/total",
+            "/memory/usage/usage",
+            "/memory/usage/limit",
+        )
+    } else {
+        ("/cpu/usage_usec", "/memory/usage", "/memory/usage_limit")
+    };
     let before = LeakSnapshot::take(&ctd);
     let limit = 134_217_728u64;
     let busy = ["sh", "-c", "while :; do :; done"];
@@ -435,11 +443,11 @@ fn stats_are_real_cgroup_numbers() {
     let m = poll("cpu usage > 0", GRACE, || {
         let m = ctd.task_metrics("busy").unwrap();
         // A zero is left out of the JSON: not yet a number to insist on.
-        let used = m.pointer("/cpu/usage/total").and_then(|v| v.as_u64());
+        let used = m.pointer(cpu_used).and_then(|v| v.as_u64());
         (used.unwrap_or(0) > 0).then_some(m)
     });
-    assert!(metric(&m, "/memory/usage/usage") > 0, "{m}");
-    assert_eq!(metric(&m, "/memory/usage/limit"), limit, "{m}");
+    assert!(metric(&m, mem_used) > 0, "{m}");
+    assert_eq!(metric(&m, mem_limit), limit, "{m}");
     let pids = metric(&m, "/pids/current");
     assert!(pids >= 1, "{m}");
     // The same numbers the cgroup shows (the busy loop forks nothing).

@@ -15,8 +15,7 @@ use rund_tests::{rund_bins_or_skip, shared_busybox_rootfs, RundBins};
 
 fn setup(test: &str) -> Option<RundBins> {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIP {test}: needs root (namespaces, mounts, cgroups)");
-        return None;
+        rund_tests::skip!("{test}: needs root (namespaces, mounts, cgroups)");
     }
     rund_bins_or_skip(test)
 }

@@ -144,6 +144,13 @@ impl ContainerCgroup {
     /// cgroup, frozen meanwhile so none forks past it.
     pub async fn signal_all(&self, sig: i32) -> Result<(), CgroupError> {
         let m = self.mgr.clone();
+        if sig == libc::SIGKILL {
+            // v2: one write of cgroup.kill, which no fork can outrun.
+            return blocking(&self.path, move || {
+                m.kill_all(nix::sys::signal::Signal::SIGKILL).map(drop)
+            })
+            .await;
+        }
         blocking(&self.path, move || {
             let frozen = m.freeze().is_ok();
             let pids = m.pids();
@@ -192,7 +199,43 @@ impl ContainerCgroup {
         let m = self.mgr.clone();
         blocking(&self.path, move || m.destroy().map(|_| ())).await
     }
+
+    /// Removes the cgroup of a container that is gone: whatever is still in it
+    /// (a daemon reparented out of a shared pid namespace, the process of a
+    /// dropped Create) is killed first, as runc's delete does. A process the
+    /// kill cannot end yet (stuck on a hung volume) keeps the cgroup busy: a
+    /// background task then retries until it is empty, so it is not left for
+    /// good. The first error is returned for the log.
+    pub async fn remove(&self) -> Result<(), CgroupError> {
+        if self.pids().await.is_ok_and(|p| !p.is_empty()) {
+            let m = self.mgr.clone();
+            let _ = blocking(&self.path, move || {
+                m.kill_all(nix::sys::signal::Signal::SIGKILL)
+            })
+            .await;
+        }
+        let err = match self.destroy().await {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        let me = self.clone();
+        tokio::spawn(async move {
+            let deadline = tokio::time::Instant::now() + REMOVE_RETRY_LIMIT;
+            while tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                if me.destroy().await.is_ok() {
+                    tracing::info!(path = me.path, "busy cgroup removed on retry");
+                    return;
+                }
+            }
+            tracing::warn!(path = me.path, "cgroup still busy: left for `rund pool gc`");
+        });
+        Err(err)
+    }
 }
+
+/// How long [`ContainerCgroup::remove`] keeps retrying a busy cgroup.
+const REMOVE_RETRY_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
 
 #[cfg(test)]
 mod tests {

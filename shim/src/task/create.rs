@@ -277,7 +277,7 @@ async fn cgroup(
     .await?;
     let c = cg.clone();
     undo.push("cgroup", async move {
-        if let Err(e) = c.destroy().await {
+        if let Err(e) = c.remove().await {
             tracing::warn!("undo cgroup: {e}");
         }
     });

@@ -230,7 +230,7 @@ pub async fn delete(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<Delet
         }
     }
     if let Some(cg) = &c.cgroup {
-        if let Err(err) = cg.destroy().await {
+        if let Err(err) = cg.remove().await {
             tracing::warn!(id, "cgroup: {err}");
         }
     }

@@ -45,7 +45,7 @@ pub struct Service {
     pub(crate) debug: bool,
     /// The node's cgroups (with the pool), made on first use from the config
     /// in force; the error says why if unusable.
-    cgroups: std::sync::Mutex<Option<std::result::Result<Arc<rund_cgroup::Cgroups>, String>>>,
+    cgroups: std::sync::Mutex<Option<Arc<rund_cgroup::Cgroups>>>,
 }
 
 impl Service {
@@ -71,16 +71,20 @@ impl Service {
         *self.config.write().expect("config lock") = Arc::new(config);
     }
 
+    /// The node's cgroup set-up, found once. Only success is kept: a transient
+    /// failure (out of fds, say) must not break every later Create of this shim.
     pub(crate) fn cgroups(&self) -> Result<Arc<rund_cgroup::Cgroups>, ShimError> {
         let mut slot = self.cgroups.lock().expect("cgroups lock");
-        let made = slot.get_or_insert_with(|| {
-            rund_cgroup::Cgroups::new(self.config().cgroup.clone())
-                .map(Arc::new)
-                .map_err(|e| e.to_string())
-        });
-        made.clone().map_err(|e| {
-            ShimError::FailedPrecondition(format!("cgroups are unavailable on this node: {e}"))
-        })
+        if let Some(made) = slot.as_ref() {
+            return Ok(made.clone());
+        }
+        let made = rund_cgroup::Cgroups::new(self.config().cgroup.clone())
+            .map(Arc::new)
+            .map_err(|e| {
+                ShimError::FailedPrecondition(format!("cgroups are unavailable on this node: {e}"))
+            })?;
+        *slot = Some(made.clone());
+        Ok(made)
     }
 
     /// The running sandbox, if any.

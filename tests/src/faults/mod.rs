@@ -60,17 +60,21 @@ impl FaultEnv {
             .expect("scratch dir");
         let state = scratch.path().join("rund-state");
         let config = scratch.path().join("rund.toml");
-        let toml = format!(
-            "state_dir = {s:?}\n\n[cgroup]\nstate_dir = {p:?}\n{cgroup_keys}\n\n{extra}\n",
-            s = state.display().to_string(),
-            p = state.join("cgroup-pool").display().to_string(),
-        );
-        std::fs::write(&config, toml).expect("write rund config");
         let opts = ContainerdOpts {
             rund_config_path: Some(config.clone()),
             ..opts
         };
         let ctd = Containerd::start_rund_or_skip(test, opts)?;
+        // The pool serves long-lived parents only: ctr's is `/<namespace>`, known once
+        // containerd runs (the shim reads this file at its first Create).
+        let toml = format!(
+            "state_dir = {s:?}\n\n[cgroup]\nstate_dir = {p:?}\npool_parents = [{parent:?}]\n\
+             {cgroup_keys}\n\n{extra}\n",
+            s = state.display().to_string(),
+            p = state.join("cgroup-pool").display().to_string(),
+            parent = format!("/{}", ctd.namespace),
+        );
+        std::fs::write(&config, toml).expect("write rund config");
         let rootfs = ctd.busybox_rootfs().expect("busybox rootfs");
         Some(FaultEnv {
             ctd,

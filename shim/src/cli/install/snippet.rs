@@ -111,8 +111,34 @@ pub fn v3_file(p: &Paths) -> String {
         "# rund as CRI runtime handler `rund`, containerd 2.x config version 3: a drop-in under\n\
          # config.toml's `imports` (default /etc/containerd/conf.d/*.toml). Use\n\
          # containerd-rund.toml instead when config.toml says `version = 2`.\n\
-         version = 3\n\n{}",
-        runtime_body(p, &table, true)
+         version = 3\n\n{}\n{}",
+        runtime_body(p, &table, true),
+        shim_sandboxer_example(p)
+    )
+}
+
+/// A commented second handler for containerd's sandbox API (no pause container: rund's agent
+/// is the pod sandbox), with the containerd releases' limits that decide its shape.
+fn shim_sandboxer_example(p: &Paths) -> String {
+    let table = format!(
+        "plugins.{}.containerd.runtimes.{RUNTIME}-sandbox",
+        q(CRI_V3)
+    );
+    format!(
+        "# Optional: handler `rund-sandbox` through containerd's sandbox API (sandboxer = \"shim\").\n\
+         # No options table: containerd 2.1-2.3 read a shim sandboxer's options as runc's and fail\n\
+         # every task (fixed in 2.4); rund then reads /etc/rund/config.toml, or $RUND_CONFIG from\n\
+         # containerd's environment. hostNetwork pods need containerd 2.3 or later.\n\
+         # [{table}]\n\
+         #   runtime_type = {rt}\n\
+         #   runtime_path = {path}\n\
+         #   sandboxer = \"shim\"\n\
+         #   pod_annotations = {pod}\n\
+         #   container_annotations = {ctr}\n",
+        rt = q(RUNTIME_TYPE),
+        path = q(&p.shim.display().to_string()),
+        pod = list(POD_ANNOTATIONS),
+        ctr = list(CONTAINER_ANNOTATIONS),
     )
 }
 

@@ -240,3 +240,25 @@ fn main_config_reports_imports_and_an_existing_rund() {
         "{e}"
     );
 }
+
+/// The commented sandbox-API handler is valid TOML once uncommented, and has no options table
+/// (containerd 2.1-2.3 fail every task of a shim sandboxer that has one).
+#[test]
+fn the_sandbox_api_example_uncomments_into_a_runtime_without_options() {
+    let text = v3_file(&Paths::default());
+    let uncommented: String = text
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("# [")
+                .map(|r| format!("[{r}"))
+                .or_else(|| l.strip_prefix("#   ").map(str::to_string))
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let v: toml::Value = toml::from_str(&uncommented).unwrap();
+    let rt =
+        &v["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["rund-sandbox"];
+    assert_eq!(rt["sandboxer"].as_str(), Some("shim"), "{uncommented}");
+    assert_eq!(rt["runtime_type"].as_str(), Some(RUNTIME_TYPE));
+    assert!(rt.get("options").is_none(), "{uncommented}");
+}
