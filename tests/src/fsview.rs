@@ -1,7 +1,7 @@
 //! Helpers for the container-filesystem tests: runc and rund side by side in one private
 //! containerd (`ctr run --config` with hand-made specs), and shared host volumes.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -127,4 +127,21 @@ impl Drop for SharedVol {
             .arg(&self.0)
             .status();
     }
+}
+
+/// The child cgroups of `<mount>/<rel>`: (visible, hidden) names, hidden ones starting with a
+/// dot (the pool's slots and kept markers).
+pub fn cgroup_children(mount: &Path, rel: &str) -> (Vec<String>, Vec<String>) {
+    let mut seen: (Vec<String>, Vec<String>) = Default::default();
+    for e in std::fs::read_dir(mount.join(rel)).unwrap().flatten() {
+        if e.path().is_dir() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.starts_with('.') {
+                seen.1.push(n);
+            } else {
+                seen.0.push(n);
+            }
+        }
+    }
+    seen
 }

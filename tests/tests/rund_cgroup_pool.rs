@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use rund_tests::fsview::cgroup_children as children;
 use rund_tests::{
     assert_no_leaks_within, rund_bins_or_skip, Containerd, ContainerdOpts, LeakSnapshot, RunSpec,
     RUND_RUNTIME,
@@ -233,21 +234,6 @@ fn v1_mounts() -> Vec<PathBuf> {
 }
 
 /// Visible (non-dot) child cgroups of `rel` in `mount`, and rund's hidden ones.
-fn children(mount: &Path, rel: &str) -> (Vec<String>, Vec<String>) {
-    let mut seen: (Vec<String>, Vec<String>) = Default::default();
-    for e in std::fs::read_dir(mount.join(rel)).unwrap().flatten() {
-        if e.path().is_dir() {
-            let n = e.file_name().to_string_lossy().into_owned();
-            if n.starts_with('.') {
-                seen.1.push(n);
-            } else {
-                seen.0.push(n);
-            }
-        }
-    }
-    seen
-}
-
 fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !f() {
