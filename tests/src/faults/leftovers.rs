@@ -26,8 +26,10 @@ impl Leftovers {
     /// Takes everything; `state` is rund's `state_dir` (its subdirs included), `shims` the
     /// long-lived shims whose fd counts must not grow.
     pub fn take(ctd: &Containerd, state: &Path, shims: &[u32]) -> Leftovers {
+        let mut snap = LeakSnapshot::take(ctd);
+        snap.cgroups.retain(|c| !is_kept_follower(c));
         Leftovers {
-            snap: LeakSnapshot::take(ctd),
+            snap,
             state_files: files_under(&[state.to_path_buf()]),
             leases: leases(state),
             containerd_fds: ctd.pid().and_then(fd_count).unwrap_or(0),
@@ -72,6 +74,34 @@ impl Leftovers {
         }
         (!out.is_empty()).then_some(out)
     }
+}
+
+/// A cgroup (`<mount>:<dir>`) a pod's shim keeps for the pod's next container (v1 reuse inside
+/// a pod): its leader hierarchy holds the marker `.rund-pool~k-<pid hex>-<name>` and the other
+/// hierarchies keep `<name>` until the next claim or the pod's end. By design, not a leak.
+fn is_kept_follower(entry: &str) -> bool {
+    let Some((_, dir)) = entry.split_once(':') else {
+        return false;
+    };
+    let dir = Path::new(dir);
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+        return false;
+    };
+    let suffix = format!("-{}", name.to_string_lossy());
+    let Some(rel) = crate::leaks::cgroup_mounts()
+        .into_iter()
+        .find_map(|m| parent.strip_prefix(&m).ok().map(Path::to_path_buf))
+    else {
+        return false;
+    };
+    crate::leaks::cgroup_mounts().iter().any(|m| {
+        std::fs::read_dir(m.join(&rel)).is_ok_and(|rd| {
+            rd.flatten().any(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.starts_with(".rund-pool~k-") && n.ends_with(&suffix)
+            })
+        })
+    })
 }
 
 /// Lock files, the pool's counters and meta and the leases file are made once and kept by
