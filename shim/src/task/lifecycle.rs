@@ -38,6 +38,9 @@ pub async fn start(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<StartR
         )));
     }
     let sb = sandbox(svc)?;
+    if exec_id.is_empty() && !c.is_pod_sandbox {
+        super::resources::arm_oom(&c);
+    }
     if !c.is_pod_sandbox {
         sb.agent.start_process(id, exec_id).await?;
     }

@@ -65,27 +65,28 @@ pub async fn update(svc: &Arc<Service>, req: UpdateTaskRequest) -> Result<()> {
     })
 }
 
-/// Publishes TaskOOM for each OOM kill in the container's cgroup. The exit
-/// watcher drains pending OOM events under the same lock before it publishes
-/// TaskExit, so an OOM always comes first.
+/// Registers for OOM notifications of the container's cgroup before its
+/// process starts, so an OOM right at the start is counted (v1's eventfd
+/// sees only OOMs after registration). [`watch_oom`] publishes them.
+pub fn arm_oom(c: &Container) {
+    let Some(cg) = c.cgroup.as_ref() else { return };
+    let armed = cg
+        .oom_watcher()
+        .map_err(|e| e.to_string())
+        .and_then(|w| crate::io::async_fd_of(w).map_err(|e| e.to_string()));
+    match armed {
+        Ok(fd) => *c.oom.lock().expect("oom lock") = Some(Arc::new(fd)),
+        Err(e) => tracing::warn!(id = %c.id, "no OOM notifications: {e}"),
+    }
+}
+
+/// Publishes TaskOOM for each OOM kill in the container's cgroup (armed by
+/// [`arm_oom`]). The exit watcher drains pending OOM events under the same
+/// lock before it publishes TaskExit, so an OOM always comes first.
 pub fn watch_oom(svc: Arc<Service>, c: Arc<Container>) {
-    let Some(cg) = c.cgroup.clone() else { return };
-    let watcher = match cg.oom_watcher() {
-        Ok(w) => w,
-        Err(e) => {
-            tracing::warn!(id = %c.id, "no OOM notifications: {e}");
-            return;
-        }
+    let Some(fd) = c.oom.lock().expect("oom lock").clone() else {
+        return;
     };
-    let fd = match crate::io::async_fd_of(watcher) {
-        Ok(fd) => fd,
-        Err(e) => {
-            tracing::warn!(id = %c.id, "no OOM notifications: {e}");
-            return;
-        }
-    };
-    let fd = Arc::new(fd);
-    *c.oom.lock().expect("oom lock") = Some(fd.clone());
     let owner = c.clone();
     let task = tokio::spawn(async move {
         loop {
