@@ -4,8 +4,9 @@
 //! - hostIPC: a SysV segment the node makes is seen in the container, a message queue and a
 //!   /dev/shm file the container makes are seen on the node; a pod without hostIPC sees none;
 //! - shareProcessNamespace: the pod's containers see each other's processes; exec works in each;
-//! - hostPID: the container sees the node's processes (this test's own pid) and the node's
-//!   init as PID 1, never a rund process; exec works;
+//! - hostPID: the container sees the node's processes (this test's own pid, its own sleep) and
+//!   the node's init as PID 1, and sits in the node's pid namespace (one NSpid level); exec
+//!   works;
 //! - ContainerPID: PID 1 of a container is its own command;
 //! - pod sysctls, a safe one and an unsafe one, are seen in the containers, not on the node.
 

@@ -1,6 +1,5 @@
-//! CRI conformance, mount semantics that rund is still being taught (rshared volumes and
-//! non-recursive read-only binds): these may fail on rund until that work lands. Both runtime
-//! handlers, runc the reference:
+//! CRI conformance, volume mount semantics (rshared volumes and non-recursive read-only binds),
+//! for both runtime handlers, runc the reference:
 //!
 //! - a BIDIRECTIONAL (rshared) volume of a privileged container: a mount the node makes under
 //!   it appears inside, and a mount the container makes under it appears on the node;

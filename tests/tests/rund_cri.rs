@@ -1,4 +1,4 @@
-//! The Kubernetes path (issue 3) through containerd's CRI with runtime handler `rund`.
+//! The Kubernetes path through containerd's CRI with runtime handler `rund`.
 //! Skipped until rund is built (`RUND_REQUIRE_BINS=1` makes that a failure);
 //! `RUND_IT_RUNTIME=io.containerd.runc.v2` runs it against runc to validate the test itself.
 

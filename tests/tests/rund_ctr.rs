@@ -1,4 +1,4 @@
-//! rund through containerd 1.6 and ctr (issue 2): output, exit codes, stdin, kill, ps, delete,
+//! rund through containerd and ctr: output, exit codes, stdin, kill, ps, delete,
 //! 20 at once, and bad input. Neither runc nor crun is on containerd's PATH.
 //! Skipped (with a message) until rund's binaries are built; `RUND_REQUIRE_BINS=1` makes that
 //! a failure.
@@ -240,7 +240,7 @@ fn bad_inputs_fail_cleanly() {
         "no-such-binary",
     );
     bad_input(&ctd, base("noexec", &["/bin/noexec"]), "noexec");
-    // runc creates a missing cwd; rund refuses it (issue 2).
+    // runc creates a missing cwd; rund refuses it, naming the path.
     if rt() == RUND_RUNTIME {
         bad_input(
             &ctd,

@@ -1,5 +1,5 @@
-//! Issue 8 (and 6B's RDMA memlock default, 9's gate on the shim path) through containerd 1.6
-//! and ctr, against honest doubles: `rund_devices::testutil::FakeHost` (a fake sysfs tree with
+//! GPU, RDMA and CDI device injection (with the RDMA memlock default and the write_bw gate on
+//! the shim path) through containerd and ctr, against honest doubles: `rund_devices::testutil::FakeHost` (a fake sysfs tree with
 //! two mlx5 devices and real char nodes made with mknod in a temp dev root) and a fake
 //! `libnvidia-ml.so` built from C with two GPUs (minors 3 and 7). No GPU or RDMA hardware is
 //! involved: these paths are verified only against the doubles.
@@ -510,9 +510,7 @@ fn devices_under_a_user_namespace() {
         ..ConfigRun::default()
     };
     let out = env.ctd.run_config("userns", &spec, &opts).unwrap();
-    // FAILS TODAY (reported): rund refuses the spec's user namespace with "user namespaces
-    // are not wired into rund yet: not implemented", and the shim's device preparation runs
-    // with `userns = false` (shim/src/task/create.rs), so nodes would be mknod'ed, not bound.
+    // Under a user namespace mknod is not allowed: the nodes must arrive as bind mounts.
     assert!(out.success(), "{out:?}");
     let o = &out.stdout;
     eprintln!("---- inside ----\n{o}");

@@ -1,4 +1,4 @@
-//! Issue 6B through containerd 1.6 and ctr: `process.rlimits` applied exactly (read back from
+//! rlimits and memlock through containerd and ctr: `process.rlimits` applied exactly (read back from
 //! `/proc/self/limits` inside), and a memlock request above the hard limit in force fails with
 //! one clear error that reaches ctr (or, with `[memlock] on_failure = "clamp-with-warning"`,
 //! runs clamped and says so in the log).

@@ -19,7 +19,8 @@ fn container_sysctls_are_set_before_proc_sys_turns_read_only() {
     let script = "cat /proc/sys/kernel/shm_rmid_forced /proc/sys/kernel/msgmax \
                   /proc/sys/net/ipv4/ping_group_range; \
                   if echo 0 > /proc/sys/kernel/shm_rmid_forced; then echo writable; else echo read-only; fi";
-    // rund twice: with its default user namespace and without.
+    // rund twice: in a user namespace (asked for with `rund.io/userns: pod`, which runc
+    // ignores) and without.
     for (rt, userns) in [
         (RUNC_RUNTIME, true),
         (RUND_RUNTIME, true),

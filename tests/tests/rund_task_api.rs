@@ -1,4 +1,4 @@
-//! Issue 3, the Task API through containerd 1.6 and ctr: Exec (with and without a tty, its
+//! The Task API through containerd and ctr: Exec (with and without a tty, its
 //! events, refused once init exited, a bad binary, an unknown exec id), ResizePty, CloseIO,
 //! Pause/Resume (freezer + events), Stats, Update (over gRPC: ctr 1.6 has no `task update`),
 //! OOM (TaskOOM before TaskExit) and Checkpoint (UNIMPLEMENTED).
@@ -157,7 +157,7 @@ fn exec_with_tty() {
     let before = LeakSnapshot::take(&ctd);
     sleeper(&ctd, "c");
     // rund hands over a pty from the host's devpts: it is a terminal, but
-    // its name does not resolve inside (known limitation, see issue notes).
+    // its name does not resolve inside (the container's devpts is its own instance).
     let script = format!("[ -t 0 ] && echo is-a-tty; {WAIT_SIZE}; exec sleep 100000");
     let mut args = words("task exec -t --exec-id t1 c sh -c");
     args.extend([script.as_str(), "sh", "33 111", "size:"]);

@@ -1,4 +1,4 @@
-//! Issue 5 through containerd 1.6 and ctr, with `[userns] mode = "always"` (every pod remapped;
+//! Per-sandbox user namespaces through containerd and ctr, with `[userns] mode = "always"` (every pod remapped;
 //! the default mode, "requested", is in rund_policy.rs): one leased id range per sandbox,
 //! idmapped rootfs (plain dir and overlay image) and binds, `rund.io/userns: host`,
 //! `rund.io/userns-binds: plain`, spec mappings, exec, and bad input (exhausted pool, malformed

@@ -1,4 +1,4 @@
-//! The `rund` admin CLI: doctor, pool, devices, cdi, check, install and uninstall.
+//! The `rund` admin CLI: doctor, pool, devices, cdi, check, userns, install and uninstall.
 
 pub mod devices;
 pub mod doctor;

@@ -1,8 +1,9 @@
 //! Publishing task events to containerd, in order.
 //!
-//! Every event goes through one queue, so the order in which handlers call
-//! `publish` is the order containerd sees. Handlers enforce the lifecycle
-//! order (Create -> Start -> Exit -> Delete) by when they call it.
+//! Every event of this shim goes through its one queue (`publish.rs`), so
+//! containerd sees events in the order handlers call `publish` (one that
+//! fails every retry is dropped, never reordered). Handlers enforce the
+//! lifecycle order (Create -> Start -> Exit -> Delete) by when they call it.
 
 use containerd_shim_protos::events::task::{
     TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskIO, TaskOOM, TaskPaused,
