@@ -240,17 +240,16 @@ fn bad_inputs_fail_cleanly() {
         "no-such-binary",
     );
     bad_input(&ctd, base("noexec", &["/bin/noexec"]), "noexec");
-    // runc creates a missing cwd; rund refuses it, naming the path.
-    if rt() == RUND_RUNTIME {
-        bad_input(
-            &ctd,
-            RunSpec {
-                flags: vec!["--cwd".into(), "/no-such-cwd".into()],
-                ..base("nocwd", &["true"])
-            },
-            "no-such-cwd",
-        );
-    }
+    // A missing cwd is made, as runc makes it (0755, owned by root), inside the rootfs.
+    let out = ctd
+        .run_spec(&RunSpec {
+            flags: vec!["--cwd".into(), "/new/cwd".into()],
+            ..base("newcwd", &["sh", "-c", "pwd; stat -c %a:%u /new/cwd"])
+        })
+        .unwrap();
+    assert_eq!(out.stdout, "/new/cwd\n755:0\n", "{out:?}");
+    assert!(rootfs.join("new/cwd").is_dir());
+    let _ = ctd.container_delete("newcwd");
     bad_input(
         &ctd,
         RunSpec {

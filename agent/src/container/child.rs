@@ -6,6 +6,7 @@
 //! /proc files while it still holds the agent's privileges.
 
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::DirBuilderExt;
 
 use oci_spec::runtime::{LinuxSeccomp, Process, Spec};
 use rund_proto::{ContainerOptions, NsSource};
@@ -136,6 +137,13 @@ fn init_setup(a: &mut InitArgs) -> Result<Prepared, String> {
         .and_then(|h| h.start_container().clone())
         .unwrap_or_default();
     let seccomp = a.spec.linux().as_ref().and_then(|l| l.seccomp().as_ref());
+    // As runc: a missing cwd of the container's process is made (0755, as
+    // root). After pivot_root, so it resolves inside the container's root.
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(process.cwd())
+        .map_err(|e| format!("create cwd {}: {e}", process.cwd().display()))?;
     let mut p = exec::prepare(&process, seccomp, start_hooks).map_err(|e| e.to_string())?;
     p.init = a.init_bin.take().map(|fd| (fd, a.terminal));
     exec::finalize(&mut p).map_err(|e| e.to_string())?;
