@@ -4,7 +4,7 @@
 //! `[userns] mode = "always"` a pod is remapped, and a container adding CAP_NET_ADMIN in the
 //! host-owned pod network namespace is refused naming the mode and the key. rund only.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rund_tests::{
@@ -16,6 +16,11 @@ const SETTLE: Duration = Duration::from_secs(15);
 
 /// A CRI containerd whose rund config is `body` (plus a private state dir), written to `dir`.
 fn start(test: &str, dir: &Path, body: &str) -> Option<Containerd> {
+    start_with(test, dir, body, Vec::new())
+}
+
+/// [`start`], with containerd 2.x's own CDI spec dirs.
+fn start_with(test: &str, dir: &Path, body: &str, cdi: Vec<PathBuf>) -> Option<Containerd> {
     if runtime_under_test() != RUND_RUNTIME {
         let _ = test;
         rund_tests::skip!("the policy is rund's");
@@ -26,6 +31,7 @@ fn start(test: &str, dir: &Path, body: &str) -> Option<Containerd> {
     std::fs::write(&cfg, text).unwrap();
     let opts = ContainerdOpts {
         rund_config_path: Some(cfg),
+        cdi_spec_dirs: cdi,
         ..ContainerdOpts::new().cri()
     };
     Containerd::start_rund_or_skip(test, opts)
@@ -61,7 +67,9 @@ fn cdi_devices_from_pod_annotations_are_refused() {
         cdi.display().to_string()
     );
     let test = "cdi_devices_from_pod_annotations_are_refused";
-    let Some(ctd) = start(test, dir.path(), &body) else {
+    // containerd 2.x resolves a container's CDI annotations itself, from its own spec dirs,
+    // before rund sees them (1.6 leaves them to rund): both read the same dir here.
+    let Some(ctd) = start_with(test, dir.path(), &body, vec![cdi.clone()]) else {
         return;
     };
     let cri = ctd.cri_client().expect("CRI client");

@@ -173,13 +173,15 @@ fn task_ps_names_exec_processes() {
             .unwrap_or_else(|| panic!("no row for pid {pid}: {}", out.stdout))
             .to_owned()
     };
+    // ctr 1.6 prints the details as `ExecID:side-job`, ctr 2.x as `exec_id:"side-job"`.
+    let names_exec = |r: &str| r.contains("ExecID:") || r.contains("exec_id:");
     assert!(
-        row(exec_pid).contains("ExecID:side-job"),
+        names_exec(&row(exec_pid)) && row(exec_pid).contains("side-job"),
         "the exec's row names it: {}",
         out.stdout
     );
     assert!(
-        !row(init_pid).contains("ExecID"),
+        !names_exec(&row(init_pid)),
         "the init's row names no exec: {}",
         out.stdout
     );

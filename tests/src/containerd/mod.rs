@@ -92,6 +92,9 @@ pub struct ContainerdOpts {
     pub pod_network: bool,
     /// Appended verbatim to config.toml.
     pub extra_config: String,
+    /// containerd 2.x's own CDI spec dirs (CRI resolves `cdi.k8s.io/*` container annotations
+    /// itself there; 1.6 does not).
+    pub cdi_spec_dirs: Vec<PathBuf>,
     /// How long to wait for the socket to answer.
     pub start_timeout: Duration,
     /// Extra environment for containerd, which passes it on to every shim (e.g. a failpoint).
@@ -116,6 +119,7 @@ impl Default for ContainerdOpts {
             rund_config: None,
             pod_network: false,
             extra_config: String::new(),
+            cdi_spec_dirs: Vec::new(),
             start_timeout: Duration::from_secs(30),
             env: Vec::new(),
         }

@@ -50,6 +50,7 @@ fn render_cri(s: &mut String, l: &Layout, opts: &ContainerdOpts) {
 [{runtime}]
   restrict_oom_score_adj = true
   disable_apparmor = true
+  cdi_spec_dirs = {cdi_dirs:?}
 
 [{runtime}.containerd]
   default_runtime_name = "{default_rt}"
@@ -57,6 +58,11 @@ fn render_cri(s: &mut String, l: &Layout, opts: &ContainerdOpts) {
         sandbox = opts.sandbox_image.as_deref().unwrap_or(BUSYBOX_IMAGE),
         certs = l.certs_d.display().to_string(),
         default_rt = if runc_runtime(opts) { "runc" } else { "rund" },
+        cdi_dirs = opts
+            .cdi_spec_dirs
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>(),
     );
     if opts.rund_runtime {
         // Every annotation: the suites test rund's own handling of each.
