@@ -12,6 +12,7 @@ pub mod events;
 pub mod line;
 pub mod podnet;
 mod pty;
+mod sandboxes;
 mod task;
 mod update;
 
@@ -32,6 +33,7 @@ pub use events::{Event, EventWatch};
 pub use line::ContainerdBins;
 pub use podnet::PodNetwork;
 pub use pty::PtyCtr;
+pub use sandboxes::{Metric, Platform, SandboxStatus};
 pub use task::TaskInfo;
 
 /// Debian 12's containerd (1.6.20): the default line (see [`line`]).
