@@ -1,6 +1,6 @@
 //! rund's Sandbox service (`sandboxer = "shim"`, containerd 2.1 from the cache) reached through
 //! containerd's sandbox Controller API, the way CRI and other clients reach a sandboxer, and
-//! PingSandbox, which containerd 2.1 never calls, on the shim's own socket.
+//! PingSandbox and Platform, which containerd 2.1 does not serve there, on the shim's own socket.
 //!
 //! - StopSandbox enforces the grace: with a timeout, a container that traps TERM exits by its
 //!   handler and one that ignores TERM is killed (137) once the timeout has passed; without
@@ -8,12 +8,13 @@
 //!   CRI's StopPodSandbox itself KILLs every container before it stops the sandbox (timeout 0),
 //!   so only this API shows the sandbox's own grace.
 //! - Status (READY with the agent's pid, verbose info through CRI's PodSandboxStatus; NOTREADY
-//!   with an exit time after a stop), Platform, Metrics (the sandbox cgroup's), Ping (a stopped
-//!   or unknown sandbox is an error).
+//!   with an exit time after a stop), Metrics (the sandbox cgroup's); on the shim's socket,
+//!   Platform (CRI asks it at CreateContainer; containerd's Controller API does not serve it)
+//!   and Ping (a stopped or unknown sandbox is an error).
 
 use std::time::{Duration, Instant};
 
-use containerd_shim_protos::sandbox_api::PingRequest;
+use containerd_shim_protos::sandbox_api::{PingRequest, PlatformRequest};
 use containerd_shim_protos::sandbox_async::SandboxClient;
 use containerd_shim_protos::shim_async::Client;
 use containerd_shim_protos::ttrpc::Code;
@@ -121,10 +122,24 @@ fn pod_grace_annotation_applies_without_a_timeout() {
     fx.finish();
 }
 
-/// PingSandbox on the pod shim's own socket (the address containerd recorded in its bundle).
-fn ping(fx: &CriFixture, pod_id: &str, sandbox_id: &str) -> Result<(), (Code, String)> {
-    let bundle = fx.ctd.task_bundle(K8S_NAMESPACE, pod_id);
-    let address = std::fs::read_to_string(bundle.join("address")).expect("the shim's address");
+/// A call of the Sandbox service on the pod shim's own socket (the address containerd
+/// recorded in its bundle): PingSandbox, which containerd 2.1 never calls, and Platform, which
+/// its Controller API does not serve.
+fn on_shim<T>(
+    fx: &CriFixture,
+    pod_id: &str,
+    call: impl AsyncFnOnce(SandboxClient) -> containerd_shim_protos::ttrpc::Result<T>,
+) -> Result<T, (Code, String)> {
+    // The shim sandboxer's own state dir holds a sandbox's bundle.
+    let bundle = fx
+        .ctd
+        .layout
+        .state
+        .join("io.containerd.sandbox.controller.v1.shim")
+        .join(K8S_NAMESPACE)
+        .join(pod_id);
+    let address = std::fs::read_to_string(bundle.join("address"))
+        .unwrap_or_else(|e| panic!("the shim's address in {}: {e}", bundle.display()));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -133,15 +148,19 @@ fn ping(fx: &CriFixture, pod_id: &str, sandbox_id: &str) -> Result<(), (Code, St
         let client = Client::connect(address.trim())
             .await
             .expect("connect the shim");
-        let req = PingRequest {
-            sandbox_id: sandbox_id.to_owned(),
-            ..Default::default()
-        };
-        SandboxClient::new(client)
-            .ping_sandbox(ctx(), &req)
+        call(SandboxClient::new(client))
             .await
-            .map(drop)
             .map_err(|e| status_of(&e).unwrap_or((Code::UNKNOWN, e.to_string())))
+    })
+}
+
+fn ping(fx: &CriFixture, pod_id: &str, sandbox_id: &str) -> Result<(), (Code, String)> {
+    let req = PingRequest {
+        sandbox_id: sandbox_id.to_owned(),
+        ..Default::default()
+    };
+    on_shim(fx, pod_id, async move |c| {
+        c.ping_sandbox(ctx(), &req).await.map(drop)
     })
 }
 
@@ -184,12 +203,12 @@ fn status_platform_metrics_and_ping() {
     );
     assert!(st.created_at.is_some_and(|t| t.seconds > 0), "{st:?}");
     assert!(st.info.is_empty(), "info only when verbose: {st:?}");
-    let exe = std::fs::read_link(format!("/proc/{}/exe", st.pid)).expect("the sandbox pid lives");
-    assert!(
-        exe.ends_with("rund-agent"),
-        "the sandbox pid is rund's agent: {} is {}",
-        st.pid,
-        exe.display()
+    let comm = std::fs::read_to_string(format!("/proc/{}/comm", st.pid)).unwrap_or_default();
+    assert_eq!(
+        comm.trim(),
+        "rund-agent",
+        "the sandbox pid {} is rund's agent",
+        st.pid
     );
 
     // Verbose, through CRI: the info document names the same pid and the sandbox's spec.
@@ -210,16 +229,30 @@ fn status_platform_metrics_and_ping() {
         "the pod joins the netns CNI set up: {ns:?}"
     );
 
-    let p = ctd
-        .sandbox_platform(SHIM_SANDBOXER, &pod_id)
-        .expect("gRPC")
-        .expect("Controller.Platform");
+    let req = PlatformRequest {
+        sandbox_id: pod_id.clone(),
+        ..Default::default()
+    };
+    let p = on_shim(&fx, &pod_id, async move |c| c.platform(ctx(), &req).await)
+        .expect("Platform")
+        .platform
+        .into_option()
+        .expect("a platform");
     let arch = match std::env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",
         other => other,
     };
     assert_eq!((p.os.as_str(), p.architecture.as_str()), ("linux", arch));
+    let (code, msg) = on_shim(&fx, &pod_id, async move |c| {
+        let req = PlatformRequest {
+            sandbox_id: "not-this-pod".into(),
+            ..Default::default()
+        };
+        c.platform(ctx(), &req).await
+    })
+    .expect_err("the platform of an unknown sandbox");
+    assert_eq!(code, Code::NOT_FOUND, "{msg}");
 
     let m = ctd
         .sandbox_metrics(SHIM_SANDBOXER, &pod_id)

@@ -132,8 +132,9 @@ impl SandboxService for SandboxHandler {
     async fn platform(
         &self,
         _ctx: &TtrpcContext,
-        _req: PlatformRequest,
+        req: PlatformRequest,
     ) -> TtrpcResult<PlatformResponse> {
+        self.pod_id(&req.sandbox_id)?;
         let arch = match std::env::consts::ARCH {
             "x86_64" => "amd64",
             "aarch64" => "arm64",

@@ -1,7 +1,8 @@
 //! containerd 2.x's sandbox Controller over its gRPC API
 //! (`containerd.services.sandbox.v1.Controller`): the calls CRI makes of a sandboxer, and
 //! those it never makes (Metrics, Stop with a timeout), reach the shim's Sandbox service this
-//! way, through containerd. Messages are written out here, as in `update.rs`.
+//! way, through containerd. Messages are written out here, as in `update.rs`. containerd 2.1
+//! serves no Platform here (CRI asks the sandboxer itself, at CreateContainer).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -34,8 +35,7 @@ pub struct Timestamp {
     pub nanos: i32,
 }
 
-/// ControllerStopRequest, ControllerPlatformRequest, ControllerMetricsRequest and
-/// ControllerStatusRequest share this shape (`timeout_secs` and `verbose` are both field 2,
+/// ControllerStopRequest, ControllerMetricsRequest and ControllerStatusRequest share this shape (`timeout_secs` and `verbose` are both field 2,
 /// a varint; only the call that has it sets it).
 #[derive(Clone, PartialEq, prost::Message)]
 struct Request {
@@ -49,23 +49,6 @@ struct Request {
 
 #[derive(Clone, PartialEq, prost::Message)]
 struct Empty {}
-
-/// containerd.types.Platform.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct Platform {
-    #[prost(string, tag = "1")]
-    pub os: String,
-    #[prost(string, tag = "2")]
-    pub architecture: String,
-    #[prost(string, tag = "3")]
-    pub variant: String,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct PlatformResponse {
-    #[prost(message, optional, tag = "1")]
-    platform: Option<Platform>,
-}
 
 /// ControllerStatusResponse (address and version left out).
 #[derive(Clone, PartialEq, prost::Message)]
@@ -180,13 +163,6 @@ impl Containerd {
         verbose: bool,
     ) -> Result<Answer<SandboxStatus>> {
         self.controller_call("Status", Self::request(id, sandboxer, verbose.into()))
-    }
-
-    /// Controller.Platform of CRI sandbox `id`.
-    pub fn sandbox_platform(&self, sandboxer: &str, id: &str) -> Result<Answer<Platform>> {
-        let r =
-            self.controller_call::<PlatformResponse>("Platform", Self::request(id, sandboxer, 0))?;
-        Ok(r.map(|p| p.platform.unwrap_or_default()))
     }
 
     /// Controller.Metrics of CRI sandbox `id`.
