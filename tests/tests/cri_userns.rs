@@ -28,8 +28,12 @@ fn start(h: Handler, test: &str) -> Option<CriFixture> {
             "{test}: containerd 1.6's CRI ignores userns_options (hostUsers: false); the 2.1 line runs it"
         );
     }
-    // Kubernetes allows hostUsers: false only with the pod's own network.
-    CriFixture::start(h, test, ContainerdOpts::new().pod_network())
+    // Kubernetes allows hostUsers: false only with the pod's own network. containerd 2.x reads
+    // the handler's runtime options as runc's for such a container ("can't unmarshal type
+    // runtimeoptions.v1.Options"): rund's config goes through RUND_CONFIG instead.
+    let mut opts = ContainerdOpts::new().pod_network();
+    opts.rund_config_env = true;
+    CriFixture::start(h, test, opts)
 }
 
 /// Pids whose command line is exactly `args` (host view).

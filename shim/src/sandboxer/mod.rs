@@ -267,7 +267,7 @@ fn verbose_info(pid: u32, bundle: &std::path::Path) -> std::collections::HashMap
         .unwrap_or(serde_json::Value::Null);
     let doc = serde_json::json!({
         "pid": pid,
-        "runtimeType": "io.containerd.rund.v2",
+        "runtimeType": crate::cli::install::snippet::RUNTIME_TYPE,
         "sandboxer": "shim",
         "bundle": bundle.display().to_string(),
         "runtimeSpec": spec,
