@@ -8,7 +8,8 @@
 //! - the rootfs' files appear owned by root inside (the rootfs is remapped, not chowned).
 //!
 //! containerd 1.6's CRI does not know `userns_options` (1.7 added it): there the tests skip,
-//! and the 2.1 line runs them.
+//! and the 2.1 line runs them. On 2.x, runc needs idmapped mounts (runc >= 1.2): with Debian
+//! 12's runc 1.1.5 the runc case skips, naming it.
 
 use rund_tests::containerd::line;
 use rund_tests::cri::{CriFixture, Handler, IdRange};
@@ -28,12 +29,27 @@ fn start(h: Handler, test: &str) -> Option<CriFixture> {
             "{test}: containerd 1.6's CRI ignores userns_options (hostUsers: false); the 2.1 line runs it"
         );
     }
+    if h == Handler::Runc && !runc_has_idmap_mounts() {
+        // containerd 2.x checks `runc features` before it creates a task with idmapped mounts.
+        rund_tests::skip!(
+            "{test}: this runc has no idmap mounts (`runc features` lacks mountExtensions.idmap: \
+             runc >= 1.2 needed, Debian 12 ships 1.1.5)"
+        );
+    }
     // Kubernetes allows hostUsers: false only with the pod's own network. containerd 2.x reads
     // the handler's runtime options as runc's for such a container ("can't unmarshal type
     // runtimeoptions.v1.Options"): rund's config goes through RUND_CONFIG instead.
     let mut opts = ContainerdOpts::new().pod_network();
     opts.rund_config_env = true;
     CriFixture::start(h, test, opts)
+}
+
+/// Whether the host's runc says it supports idmapped mounts (`runc features`).
+fn runc_has_idmap_mounts() -> bool {
+    let out = std::process::Command::new("runc").arg("features").output();
+    let Ok(out) = out else { return false };
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .is_ok_and(|f| f["linux"]["mountExtensions"]["idmap"]["enabled"] == true)
 }
 
 /// Pids whose command line is exactly `args` (host view).
