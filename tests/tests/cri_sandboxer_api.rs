@@ -92,7 +92,10 @@ fn stop_and_check(fx: &CriFixture, pod_id: &str, ids: (&str, &str), timeout_secs
 
 #[test]
 fn stop_sandbox_timeout_is_the_grace() {
-    let Some(mut fx) = start_shim_mode("stop_sandbox_timeout_is_the_grace", None) else {
+    // A default grace of an hour: were the timeout ignored, Stop would outlast the call's hang
+    // guard and fail.
+    let config = "grace_period_seconds = 3600\n".to_string();
+    let Some(mut fx) = start_shim_mode("stop_sandbox_timeout_is_the_grace", Some(config)) else {
         return;
     };
     let mut pod = fx.pod_spec("sbxstop");
