@@ -62,7 +62,7 @@ pub const KEEP_ENV: &str = "RUND_IT_KEEP";
 pub struct ContainerdOpts {
     /// Enable the CRI plugin (runtime handlers `rund`, and `runc` when `with_runc`).
     pub cri: bool,
-    /// Put Debian's runc and containerd-shim-runc-v2 on PATH (reference runs, benches).
+    /// Put runc and containerd-shim-runc-v2 on PATH (reference runs, benches).
     pub with_runc: bool,
     /// Put rund's binaries on PATH when they are built (default true).
     pub with_rund: bool,
