@@ -122,11 +122,14 @@ pub fn host_tool(name: &str) -> Option<PathBuf> {
     .find(|p| is_executable(p))
 }
 
-/// Fill `dir` with the symlinks that make up containerd's PATH.
+/// Fill `dir` with the symlinks that make up containerd's PATH. `containerd_dir` is the bin
+/// dir of the containerd line in use: its own `containerd-shim-runc-v2` wins over Debian's (a
+/// 1.6 shim cannot mount what 2.x's snapshotters hand it, e.g. idmapped overlay layers).
 pub(crate) fn populate_path_dir(
     dir: &Path,
     rund: Option<&RundBins>,
     with_runc: bool,
+    containerd_dir: &Path,
 ) -> Result<()> {
     std::fs::create_dir_all(dir).ctx("create PATH dir", dir)?;
     let link = |target: &Path, name: &str| -> Result<()> {
@@ -148,7 +151,11 @@ pub(crate) fn populate_path_dir(
     }
     if with_runc {
         for b in ["runc", "containerd-shim-runc-v2"] {
-            let p = host_tool(b).ok_or_else(|| Error::ToolMissing(b.into()))?;
+            let own = containerd_dir.join(b);
+            let p = Some(own)
+                .filter(|p| is_executable(p))
+                .or_else(|| host_tool(b))
+                .ok_or_else(|| Error::ToolMissing(b.into()))?;
             link(&p, b)?;
         }
     }

@@ -9,30 +9,25 @@
 //! - StopContainer's grace: a container that catches TERM exits with its own status at once, one
 //!   that ignores TERM is killed (137) once the timeout has passed;
 //! - `shareProcessNamespace`: the containers see each other's processes;
-//! - bad input: an unknown sandbox annotation value fails RunPodSandbox cleanly.
+//! - bad input: an unknown sandbox annotation value fails RunPodSandbox cleanly;
+//! - a container's task events reach containerd 2.1 in order: create, start, exit (with its
+//!   status), delete.
+//!
+//! `cri_sandboxer_api.rs` drives the rest of the Sandbox service through containerd's
+//! sandbox Controller API (StopSandbox's grace, Status, Platform, Metrics, Ping).
 //!
 //! Every pod here has its own network: containerd 2.1 itself panics on a host-network pod with
 //! `sandboxer = "shim"` (a nil spec in NewBundle, fixed upstream in 2.3 by b32cecd3).
 
-use rund_tests::containerd::line::{cached_dir, ContainerdBins};
-use rund_tests::cri::{CriFixture, Handler};
-use rund_tests::{skip, ContainerSpec, ContainerdOpts, BUSYBOX_IMAGE};
+use rund_tests::containerd::K8S_NAMESPACE;
+use rund_tests::cri::sandboxer::start_shim_mode;
+use rund_tests::cri::CriFixture;
+use rund_tests::{ContainerSpec, BUSYBOX_IMAGE};
 
 const SLEEPER: &[&str] = &["sleep", "100000"];
 
 fn start(test: &str) -> Option<CriFixture> {
-    let dir = cached_dir("2.1");
-    let bins = match ContainerdBins::probe(&dir) {
-        Ok(b) => b,
-        Err(e) => skip!("containerd 2.1 is not in the cache ({e}): run `make containerd-2.1`"),
-    };
-    let mut opts = ContainerdOpts::new();
-    opts.containerd = Some(bins);
-    opts.rund_sandboxer = Some("shim".into());
-    // No pause image: one that cannot be pulled here proves none is needed.
-    opts.sandbox_image = Some("registry.invalid/rund/no-pause:none".into());
-    opts = opts.pod_network();
-    CriFixture::start(Handler::Rund, test, opts)
+    start_shim_mode(test, None)
 }
 
 /// With the shim as sandboxer containerd keeps no container (and no task) for the sandbox: the
@@ -213,6 +208,51 @@ fn stop_container_grace_is_enforced() {
     assert!(
         took >= std::time::Duration::from_secs(GRACE as u64),
         "the grace period was honoured before KILL: {took:?}"
+    );
+    fx.finish();
+}
+
+#[test]
+fn container_task_events_in_order() {
+    let Some(mut fx) = start("container_task_events_in_order") else {
+        return;
+    };
+    let mut pod = fx.pod_spec("sbxev");
+    pod.host_network = false;
+    let pod_id = fx.run_pod(&pod).expect("RunPodSandbox");
+    let events = fx.ctd.watch_events_in(K8S_NAMESPACE).expect("ctr events");
+    let wait = std::time::Duration::from_secs(60);
+    let id = fx
+        .run(
+            &pod_id,
+            &ContainerSpec::new("ev", BUSYBOX_IMAGE, &["sh", "-c", "exit 3"]),
+            &pod,
+        )
+        .expect("container");
+    let exit = events
+        .wait_topic(&id, "/tasks/exit", wait)
+        .expect("TaskExit");
+    assert_eq!(exit.body["exit_status"], 3, "{exit:?}");
+    fx.cri.remove_container(&id).expect("RemoveContainer");
+    let delete = events
+        .wait_topic(&id, "/tasks/delete", wait)
+        .expect("TaskDelete");
+    assert_eq!(delete.body["exit_status"], 3, "{delete:?}");
+    let tasks: Vec<String> = events
+        .topics_for(&id)
+        .into_iter()
+        .filter(|t| t.starts_with("/tasks/"))
+        .collect();
+    assert_eq!(
+        tasks,
+        [
+            "/tasks/create",
+            "/tasks/start",
+            "/tasks/exit",
+            "/tasks/delete"
+        ],
+        "{}",
+        fx.ctd.log_tail(30)
     );
     fx.finish();
 }

@@ -89,7 +89,10 @@ fn launch(sync: BorrowedFd<'_>) -> Result<(), LaunchError> {
             .map_err(LaunchError::Bad)?;
     }
     if cfg.userns {
-        unshare(CloneFlags::CLONE_NEWUSER).map_err(sys("unshare user namespace"))?;
+        // A joined user namespace already has its maps: the shim checks them.
+        if !joined.iter().any(|j| j == "user") {
+            unshare(CloneFlags::CLONE_NEWUSER).map_err(sys("unshare user namespace"))?;
+        }
         launch::send_json(
             sync,
             &SyncMsg::UsernsReady {

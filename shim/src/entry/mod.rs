@@ -3,6 +3,7 @@
 
 pub mod bootstrap;
 pub mod delete;
+pub mod info;
 pub mod logging;
 pub mod record;
 pub mod serve;
@@ -22,6 +23,15 @@ pub fn main() -> i32 {
     if flags.version || args.iter().any(|a| a == "--version" || a == "-v") {
         println!("containerd-shim-rund-v2 {}", env!("CARGO_PKG_VERSION"));
         return 0;
+    }
+    if flags.info {
+        return match info::run() {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("containerd-shim-rund-v2: -info: {e}");
+                1
+            }
+        };
     }
     // The agent and our children are reparented to us, so we can reap them.
     // SAFETY: prctl(PR_SET_CHILD_SUBREAPER) only sets a flag on this process.

@@ -12,6 +12,24 @@ use nix::mount::{mount, umount2, MntFlags};
 use super::RootfsError;
 use crate::userns::{attach, idmapped_clone};
 
+/// `uidmap=`/`gidmap=` of containerd's overlay: `ctr:host:size` ranges
+/// (joined by `,`); container root must land on the pod's `host_root`.
+fn check_remap(option: &str, ranges: &str, host_root: u32) -> Result<(), RootfsError> {
+    let root = ranges.split(',').find_map(|r| {
+        let mut f = r.split(':').map(str::parse::<u32>);
+        match (f.next(), f.next(), f.next()) {
+            (Some(Ok(0)), Some(Ok(host)), Some(Ok(size))) if size > 0 => Some(host),
+            _ => None,
+        }
+    });
+    if root != Some(host_root) {
+        return Err(RootfsError::Unsupported(format!(
+            "overlay option {option:?} does not map container root to the pod's host id {host_root}"
+        )));
+    }
+    Ok(())
+}
+
 /// Mounts containerd's overlay at `<bundle>/rootfs` over idmapped lowers.
 /// Returns the mount point. Nothing is left mounted on error.
 pub fn overlay(
@@ -26,6 +44,13 @@ pub fn overlay(
     for o in &m.options {
         if let Some(v) = o.strip_prefix("lowerdir=") {
             lowers.extend(v.split(':').map(PathBuf::from));
+        } else if let Some(v) = o
+            .strip_prefix("uidmap=")
+            .or_else(|| o.strip_prefix("gidmap="))
+        {
+            // containerd 2.x's request to idmap the lowers (hostUsers: false),
+            // which this does with the pod's namespace: the maps must agree.
+            check_remap(o, v, host_root)?;
         } else {
             if let Some(v) = o.strip_prefix("upperdir=") {
                 upper = Some(PathBuf::from(v));
@@ -146,4 +171,19 @@ fn io_err(what: &str, p: &Path, e: std::io::Error) -> RootfsError {
 /// True when containerd handed us an overlay rootfs.
 pub fn is_overlay(mounts: &[Mount]) -> bool {
     mounts.len() == 1 && mounts[0].type_ == "overlay"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_remap;
+
+    #[test]
+    fn containerd_remap_options_must_match_the_pod() {
+        let ok = "0:1879048192:65536";
+        assert!(check_remap("uidmap=..", ok, 1_879_048_192).is_ok());
+        assert!(check_remap("uidmap=..", "1:5:1,0:7:10", 7).is_ok());
+        let err = check_remap("uidmap=0:0:65536", "0:0:65536", 1_879_048_192).unwrap_err();
+        assert!(err.to_string().contains("uidmap=0:0:65536"), "{err}");
+        assert!(check_remap("gidmap=x", "x", 7).is_err());
+    }
 }

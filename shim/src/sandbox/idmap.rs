@@ -70,6 +70,31 @@ pub fn write_maps(pid: i32, uid: &[IdMapping], gid: &[IdMapping]) -> Result<(), 
     Ok(())
 }
 
+/// Checks that `pid`, which joined an existing user namespace, sees exactly
+/// the maps the spec gives: a path could name any namespace, and only the
+/// maps were checked against the policy.
+pub fn check_maps(pid: i32, uid: &[IdMapping], gid: &[IdMapping]) -> Result<(), SandboxError> {
+    for (file, map) in [("uid_map", uid), ("gid_map", gid)] {
+        let path = format!("/proc/{pid}/{file}");
+        let got = std::fs::read_to_string(&path)
+            .map_err(|e| SandboxError::BadMapping(format!("read {path}: {e}")))?;
+        let norm = |t: &str| -> Vec<String> {
+            t.lines()
+                .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+                .filter(|l| !l.is_empty())
+                .collect()
+        };
+        if norm(&got) != norm(&render(map)) {
+            return Err(SandboxError::BadMapping(format!(
+                "the joined user namespace's {file} is {:?}, not the spec's {:?}",
+                norm(&got),
+                norm(&render(map))
+            )));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,9 +16,10 @@ use super::SandboxError;
 /// Everything the shim decided about a new sandbox.
 pub struct SpawnPlan {
     pub config: LaunchConfig,
-    /// nsfs fds to join, by type ("net", "ipc", "uts").
+    /// nsfs fds to join, by type ("user", "net", "ipc", "uts").
     pub join: Vec<(String, OwnedFd)>,
-    /// uid/gid maps written from outside when `config.userns` is set.
+    /// uid/gid maps written from outside when `config.userns` is set, or
+    /// checked against the joined user namespace's.
     pub uid_map: Vec<IdMapping>,
     pub gid_map: Vec<IdMapping>,
     pub agent_bin: PathBuf,
@@ -149,7 +150,11 @@ fn handshake(
             .map_err(|e| SandboxError::Spawn(format!("launcher {launcher_pid}: {e}")))?;
         match msg {
             SyncMsg::UsernsReady { pid } => {
-                super::idmap::write_maps(pid, &plan.uid_map, &plan.gid_map)?;
+                if plan.join.iter().any(|(kind, _)| kind == "user") {
+                    super::idmap::check_maps(pid, &plan.uid_map, &plan.gid_map)?;
+                } else {
+                    super::idmap::write_maps(pid, &plan.uid_map, &plan.gid_map)?;
+                }
                 launch::send_json(sync.as_fd(), &SyncMsg::MapsWritten)
                     .map_err(|e| SandboxError::Spawn(e.to_string()))?;
             }

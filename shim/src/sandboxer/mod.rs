@@ -132,8 +132,9 @@ impl SandboxService for SandboxHandler {
     async fn platform(
         &self,
         _ctx: &TtrpcContext,
-        _req: PlatformRequest,
+        req: PlatformRequest,
     ) -> TtrpcResult<PlatformResponse> {
+        self.pod_id(&req.sandbox_id)?;
         let arch = match std::env::consts::ARCH {
             "x86_64" => "amd64",
             "aarch64" => "arm64",
@@ -189,17 +190,24 @@ impl SandboxService for SandboxHandler {
         _ctx: &TtrpcContext,
         req: SandboxStatusRequest,
     ) -> TtrpcResult<SandboxStatusResponse> {
-        let (id, _, created) = self.pod_id(&req.sandbox_id)?;
+        let (id, bundle, created) = self.pod_id(&req.sandbox_id)?;
         let sb = self.svc.sandbox();
         let exited = sb.as_ref().and_then(|s| s.exited());
         let state = match (&sb, exited) {
             (Some(_), None) => "SANDBOX_READY",
             _ => "SANDBOX_NOTREADY",
         };
+        let pid = sb.as_ref().map(|s| s.pid() as u32).unwrap_or(0);
+        let info = if req.verbose {
+            verbose_info(pid, &bundle)
+        } else {
+            Default::default()
+        };
         Ok(SandboxStatusResponse {
             sandbox_id: id,
-            pid: sb.as_ref().map(|s| s.pid() as u32).unwrap_or(0),
+            pid,
             state: state.into(),
+            info,
             created_at: Some(timestamp_ns(created)).into(),
             exited_at: exited.map(|(_, at)| timestamp_ns(at)).into(),
             ..Default::default()
@@ -248,6 +256,23 @@ impl SandboxService for SandboxHandler {
         m.data = Some(stats).into();
         Ok(resp)
     }
+}
+
+/// CRI's verbose PodSandboxStatus info, shaped like containerd's own for a
+/// pause sandbox (`info` holds a JSON document): what `crictl inspectp` shows.
+fn verbose_info(pid: u32, bundle: &std::path::Path) -> std::collections::HashMap<String, String> {
+    let spec = std::fs::read(bundle.join("config.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .unwrap_or(serde_json::Value::Null);
+    let doc = serde_json::json!({
+        "pid": pid,
+        "runtimeType": crate::cli::install::snippet::RUNTIME_TYPE,
+        "sandboxer": "shim",
+        "bundle": bundle.display().to_string(),
+        "runtimeSpec": spec,
+    });
+    [("info".to_string(), doc.to_string())].into()
 }
 
 /// The service map to register next to the task service.

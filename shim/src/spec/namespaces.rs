@@ -103,11 +103,11 @@ pub fn sandbox_namespaces(spec: &Spec) -> Result<SandboxNamespaces, SpecError> {
     }
     match request(spec, "user")? {
         NsRequest::New => out.userns = true,
+        // containerd >= 2.0 pins the pod's user namespace (made with the
+        // spec's maps) and names it; the launcher joins it first.
         NsRequest::Join(p) => {
-            return Err(SpecError::Unsupported(
-                "linux.namespaces",
-                format!("joining user namespace {}", p.display()),
-            ))
+            out.userns = true;
+            out.join.push(("user".to_string(), p));
         }
         NsRequest::Host => {}
     }

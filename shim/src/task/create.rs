@@ -182,6 +182,7 @@ async fn steps(
         pause_before_pivot: pause,
         ..Default::default()
     };
+    super::userns::check_mount_idmaps(&spec, &sandbox, binds)?;
     let mut owned = vec![(FdKind::Rootfs, root_tree)];
     for (i, m) in spec.mounts().iter().flatten().enumerate() {
         if !rund_proto::fdpass::is_bind_mount(m.typ().as_deref(), m.options().as_deref()) {

@@ -299,6 +299,50 @@ pub fn rootfs_tree(
     }
 }
 
+/// Mounts that ask for an idmapped mount themselves (OCI `uidMappings` /
+/// `gidMappings`, or `idmap` / `ridmap`; containerd 2.x sets them in a
+/// `hostUsers: false` pod): rund idmaps binds with the pod's map only, so a
+/// mount's own map must send container root where the pod's does.
+pub fn check_mount_idmaps(spec: &Spec, sandbox: &Sandbox, mode: BindsMode) -> Result<()> {
+    for (i, m) in spec.mounts().iter().flatten().enumerate() {
+        let uid = m.uid_mappings().as_deref().unwrap_or_default();
+        let gid = m.gid_mappings().as_deref().unwrap_or_default();
+        let opt = m
+            .options()
+            .iter()
+            .flatten()
+            .any(|o| o == "idmap" || o == "ridmap");
+        if uid.is_empty() && gid.is_empty() && !opt {
+            continue;
+        }
+        let what = format!("mounts[{i}] ({})", m.destination().display());
+        let Some(info) = sandbox
+            .userns_info
+            .as_ref()
+            .filter(|_| mode == BindsMode::Idmap)
+        else {
+            return Err(ShimError::InvalidArgument(format!(
+                "{what} asks for an idmapped mount: rund idmaps binds only in a pod with a user \
+                 namespace, with binds \"idmap\""
+            )));
+        };
+        for (field, map) in [("uidMappings", uid), ("gidMappings", gid)] {
+            let root = map
+                .iter()
+                .find(|r| r.container_id() == 0)
+                .map(|r| r.host_id());
+            if !map.is_empty() && root != Some(info.host_root) {
+                return Err(ShimError::InvalidArgument(format!(
+                    "{what}.{field} maps container root to {root:?}, not to the pod's host id \
+                     {} (rund idmaps binds with the pod's map)",
+                    info.host_root
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A bind source as a detached tree (idmapped unless binds are "plain").
 pub fn bind_tree(
     src: &Path,

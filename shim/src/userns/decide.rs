@@ -1,7 +1,9 @@
 //! Per-pod user namespace decision, from the spec, `[userns] mode` and the
 //! policy:
 //! - `linux.uidMappings`/`gidMappings` in the spec are honoured as given
-//!   (CRI `hostUsers: false` on containerd >= 1.7, `ctr run --uidmap`);
+//!   (CRI `hostUsers: false` on containerd >= 1.7, `ctr run --uidmap`); a
+//!   user namespace path (containerd >= 2.0 pins the pod's) is joined, and
+//!   its maps must be the spec's;
 //! - a `user` namespace in the spec without mappings, or
 //!   `rund.io/userns: "pod"`, leases a range from the pool;
 //! - otherwise mode "always" leases a range, mode "requested" does not;
@@ -119,10 +121,13 @@ pub fn decide(
         .and_then(|l| l.namespaces().as_ref())
         .and_then(|list| list.iter().find(|n| n.typ() == LinuxNamespaceType::User));
     if let Some(path) = user_ns.and_then(|n| n.path().as_ref()) {
-        return Err(UsernsError::Mapping(format!(
-            "joining the existing user namespace {} is not supported",
-            path.display()
-        )));
+        // Joined only with the maps it must have (the launch checks them).
+        if uid.is_empty() || gid.is_empty() {
+            return Err(UsernsError::Mapping(format!(
+                "joining the user namespace {} needs its uid and gid mappings in the spec",
+                path.display()
+            )));
+        }
     }
     let spec_wants = user_ns.is_some() || !uid.is_empty() || !gid.is_empty();
     let decision = |mode, by_mode| {

@@ -12,6 +12,7 @@ pub mod events;
 pub mod line;
 pub mod podnet;
 mod pty;
+mod sandboxes;
 mod task;
 mod update;
 
@@ -32,6 +33,7 @@ pub use events::{Event, EventWatch};
 pub use line::ContainerdBins;
 pub use podnet::PodNetwork;
 pub use pty::PtyCtr;
+pub use sandboxes::{Metric, SandboxStatus};
 pub use task::TaskInfo;
 
 /// Debian 12's containerd (1.6.20): the default line (see [`line`]).
@@ -60,7 +62,7 @@ pub const KEEP_ENV: &str = "RUND_IT_KEEP";
 pub struct ContainerdOpts {
     /// Enable the CRI plugin (runtime handlers `rund`, and `runc` when `with_runc`).
     pub cri: bool,
-    /// Put Debian's runc and containerd-shim-runc-v2 on PATH (reference runs, benches).
+    /// Put runc and containerd-shim-runc-v2 on PATH (reference runs, benches).
     pub with_runc: bool,
     /// Put rund's binaries on PATH when they are built (default true).
     pub with_rund: bool,
@@ -99,6 +101,10 @@ pub struct ContainerdOpts {
     pub start_timeout: Duration,
     /// Extra environment for containerd, which passes it on to every shim (e.g. a failpoint).
     pub env: Vec<(String, String)>,
+    /// Give rund its config through `RUND_CONFIG` in containerd's environment, with no CRI
+    /// runtime options: containerd 2.x reads a runtime's options as runc's for a
+    /// `hostUsers: false` container (and, before 2.4, for every task of a shim sandbox).
+    pub rund_config_env: bool,
 }
 
 impl Default for ContainerdOpts {
@@ -122,6 +128,7 @@ impl Default for ContainerdOpts {
             cdi_spec_dirs: Vec::new(),
             start_timeout: Duration::from_secs(30),
             env: Vec::new(),
+            rund_config_env: false,
         }
     }
 }
@@ -146,6 +153,11 @@ impl ContainerdOpts {
     /// rund is its own pods' sandboxer (containerd 2.x's sandbox API).
     pub fn shim_sandboxer(&self) -> bool {
         self.rund_sandboxer.as_deref() == Some("shim")
+    }
+
+    /// rund's config goes through `RUND_CONFIG`, not the runtime options.
+    pub fn rund_config_by_env(&self) -> bool {
+        self.rund_config_env || self.shim_sandboxer()
     }
 
     pub fn pod_network(mut self) -> Self {
@@ -261,7 +273,12 @@ impl Containerd {
     }
 
     fn spawn(&mut self) -> Result<()> {
-        bins::populate_path_dir(&self.path_dir, self.rund.as_ref(), self.opts.with_runc)?;
+        bins::populate_path_dir(
+            &self.path_dir,
+            self.rund.as_ref(),
+            self.opts.with_runc,
+            &self.bins.dir,
+        )?;
         for target in &self.opts.path_links {
             let link = self.path_dir.join(target.file_name().unwrap_or_default());
             std::os::unix::fs::symlink(target, &link).ctx("symlink into PATH dir", link)?;
@@ -326,7 +343,7 @@ impl Containerd {
             }
         }
         if let Some(cfg) = self.opts.rund_config_path.as_ref() {
-            if self.opts.shim_sandboxer() {
+            if self.opts.rund_config_by_env() {
                 cmd.env("RUND_CONFIG", cfg);
             }
         }

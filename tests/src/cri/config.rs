@@ -3,10 +3,10 @@
 use std::collections::HashMap;
 
 use k8s_cri::v1::{
-    Capability, ContainerConfig, ContainerMetadata, ImageSpec, KeyValue, LinuxContainerConfig,
-    LinuxContainerResources, LinuxContainerSecurityContext, LinuxPodSandboxConfig,
-    LinuxSandboxSecurityContext, Mount, MountPropagation, NamespaceMode, NamespaceOption,
-    PodSandboxConfig, PodSandboxMetadata, SecurityProfile,
+    Capability, ContainerConfig, ContainerMetadata, IdMapping, ImageSpec, KeyValue,
+    LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext,
+    LinuxPodSandboxConfig, LinuxSandboxSecurityContext, Mount, MountPropagation, NamespaceMode,
+    NamespaceOption, PodSandboxConfig, PodSandboxMetadata, SecurityProfile, UserNamespace,
 };
 
 /// What varies between test pods.
@@ -34,6 +34,16 @@ pub struct PodSpec {
     pub log_directory: String,
     /// The sandbox may hold privileged containers.
     pub privileged: bool,
+    /// `hostUsers: false`: a pod user namespace (mode POD) mapping container ids
+    /// `0..len` to host ids `host..host+len`, for uids and gids alike.
+    pub user_namespace: Option<IdRange>,
+}
+
+/// One id range of a pod user namespace, as the kubelet allocates it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdRange {
+    pub host: u32,
+    pub len: u32,
 }
 
 impl PodSpec {
@@ -53,6 +63,7 @@ impl PodSpec {
             sysctls: HashMap::new(),
             log_directory: String::new(),
             privileged: false,
+            user_namespace: None,
         }
     }
 
@@ -78,6 +89,18 @@ impl PodSpec {
             } else {
                 NamespaceMode::Pod
             } as i32,
+            userns_options: self.user_namespace.map(|r| {
+                let map = vec![IdMapping {
+                    host_id: r.host,
+                    container_id: 0,
+                    length: r.len,
+                }];
+                UserNamespace {
+                    mode: NamespaceMode::Pod as i32,
+                    uids: map.clone(),
+                    gids: map,
+                }
+            }),
             ..Default::default()
         }
     }

@@ -2,6 +2,7 @@
 
 mod config;
 mod conform;
+pub mod sandboxer;
 
 use std::path::{Path, PathBuf};
 
@@ -19,7 +20,7 @@ use k8s_cri::v1::{
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-pub use config::{bind_mount, ContainerSpec, PodSpec};
+pub use config::{bind_mount, ContainerSpec, IdRange, PodSpec};
 pub use conform::{CriFixture, Exec, Handler, SharedDir};
 pub use k8s_cri::v1 as api;
 
@@ -153,6 +154,23 @@ impl CriClient {
                 call: "PodSandboxStatus",
                 field: "status",
             })
+    }
+
+    /// Verbose PodSandboxStatus: the status and the runtime's `info` map.
+    pub fn pod_sandbox_status_verbose(
+        &self,
+        pod_id: &str,
+    ) -> CriResult<(PodSandboxStatus, std::collections::HashMap<String, String>)> {
+        let req = PodSandboxStatusRequest {
+            pod_sandbox_id: pod_id.to_owned(),
+            verbose: true,
+        };
+        let r = call!(self, runtime, pod_sandbox_status, "PodSandboxStatus", req)?;
+        let status = r.status.ok_or(CriError::Empty {
+            call: "PodSandboxStatus",
+            field: "status",
+        })?;
+        Ok((status, r.info))
     }
 
     pub fn list_pod_sandboxes(&self) -> CriResult<Vec<PodSandbox>> {

@@ -138,4 +138,10 @@ fn spec_mappings_are_honoured_and_validated() {
         .unwrap_err()
         .to_string()
         .contains("/proc/1/ns/user"));
+    // containerd 2.x's pinned pod namespace: joined, with the maps it must have.
+    let pinned = r#""namespaces":[{"type":"user","path":"/run/pinned/user"}],"uidMappings":[{"containerID":0,"hostID":65536,"size":65536}],"gidMappings":[{"containerID":0,"hostID":65536,"size":65536}]"#;
+    assert!(matches!(
+        decide(&spec(pinned, ""), &always(), false).unwrap().mode,
+        UsernsMode::FromSpec { .. }
+    ));
 }

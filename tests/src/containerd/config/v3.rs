@@ -74,12 +74,13 @@ fn render_cri(s: &mut String, l: &Layout, opts: &ContainerdOpts) {
             opts.rund_sandboxer.as_deref().unwrap_or("podsandbox")
         );
     }
-    // containerd < 2.4 fails every task of a shim sandbox whose runtime has options (it reads
-    // them as runc's): the shim then takes its config from RUND_CONFIG (see `spawn`).
+    // containerd < 2.4 fails every task of a shim sandbox whose runtime has options, and 2.x
+    // every hostUsers: false container (it reads them as runc's): the shim then takes its
+    // config from RUND_CONFIG (see `spawn`).
     if let Some(cfg) = opts
         .rund_config_path
         .as_ref()
-        .filter(|_| opts.rund_runtime && !opts.shim_sandboxer())
+        .filter(|_| opts.rund_runtime && !opts.rund_config_by_env())
     {
         let _ = write!(
             s,
