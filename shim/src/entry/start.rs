@@ -76,11 +76,13 @@ pub fn run(flags: &Flags) -> Result<(), String> {
     if let Some(mut so) = child.stdout.take() {
         let _ = so.read_to_string(&mut out);
     }
-    if let Ok(Some(status)) = child.try_wait() {
-        return Err(format!(
-            "shim server exited early ({status}): {}",
-            out.trim()
-        ));
+    // The server writes only on failure, and listens before it closes the
+    // pipe: check both, since it may not have exited yet when we get here.
+    if !out.is_empty() || UnixStream::connect(&path).is_err() {
+        let status = child
+            .wait()
+            .map_or_else(|e| e.to_string(), |s| s.to_string());
+        return Err(format!("shim server failed ({status}): {}", out.trim()));
     }
     write_address(&bundle, &address)?;
     std::io::stdout()
