@@ -42,9 +42,9 @@ pub struct WriteBwArgs {
     /// Port of the device.
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
     pub ib_port: u8,
-    /// GID index (RoCE).
-    #[arg(short = 'x', long = "gid-index", default_value_t = 0)]
-    pub gid_index: u32,
+    /// GID index (RoCE); without it the IPv4-mapped RoCE v2 GID is picked, as perftest does.
+    #[arg(short = 'x', long = "gid-index")]
+    pub gid_index: Option<u32>,
     /// Register CUDA memory of this GPU (needs the `cuda` feature).
     #[arg(long = "use-cuda")]
     pub use_cuda: Option<i32>,
