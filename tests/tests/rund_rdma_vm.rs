@@ -232,7 +232,7 @@ fn write_bw_against_ib_write_bw_with_the_same_parameters() {
     let tmp = tempfile::tempdir().unwrap();
     let cases: [(&str, &[&str]); 4] = [
         ("s64k-n300", &["-s", "65536", "-n", "300"]),
-        ("a-n20", &["-a", "-n", "20"]),
+        ("a-n10", &["-a", "-n", "10"]),
         ("D2", &["-D", "2"]),
         ("x1-s4k-n300", &["-x", "1", "-s", "4096", "-n", "300"]),
     ];
@@ -353,7 +353,7 @@ fn container_runs_ib_write_bw_all_sizes_and_runc_cannot_register() {
     let cm = major_minor("/dev/infiniband/rdma_cm");
     let client = |port: u16| {
         format!(
-            "ib_write_bw -d {} -p {port} -a -n 20 {}; echo \"client rc=$?\"",
+            "ib_write_bw -d {} -p {port} -a -n 10 {}; echo \"client rc=$?\"",
             sr.dev, sr.addr
         )
     };
@@ -362,7 +362,7 @@ fn container_runs_ib_write_bw_all_sizes_and_runc_cannot_register() {
     let server = Server::start(
         &sr.dev,
         port,
-        &["-a", "-n", "20"],
+        &["-a", "-n", "10"],
         &env.ctd.dir.join("srv.log"),
     );
     wait_listening(port);
@@ -415,7 +415,7 @@ fn container_runs_ib_write_bw_all_sizes_and_runc_cannot_register() {
     let server = Server::start(
         &sr.dev,
         port,
-        &["-a", "-n", "20"],
+        &["-a", "-n", "10"],
         &env.ctd.dir.join("srv2.log"),
     );
     wait_listening(port);

@@ -7,11 +7,13 @@ RXE_ITERS=${RUND_VM_RDMA_ITERS:-100}
 RXE_GID=${RUND_VM_RDMA_GID:-1}
 
 soft_roce_up() {
-    modprobe rdma_rxe || return 1
+    # rdma_ucm gives /dev/infiniband/rdma_cm, which rund injects with every RDMA device.
+    modprobe rdma_rxe && modprobe rdma_ucm || return 1
     ip link add dummy0 type dummy && ip link set dummy0 up &&
         ip addr add "$RXE_ADDR/24" dev dummy0 || return 1
     rdma link add "$RXE_DEV" type rxe netdev dummy0 || return 1
     [ -c /dev/infiniband/uverbs0 ] || { say "no /dev/infiniband/uverbs0"; return 1; }
+    [ -c /dev/infiniband/rdma_cm ] || { say "no /dev/infiniband/rdma_cm"; return 1; }
     ibv_devices | grep -qw "$RXE_DEV" || { say "ibv_devices does not list $RXE_DEV"; return 1; }
     say "$RXE_DEV up: port $(cat /sys/class/infiniband/$RXE_DEV/ports/1/state)," \
         "rate $(cat /sys/class/infiniband/$RXE_DEV/ports/1/rate)"

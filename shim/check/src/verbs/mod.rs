@@ -6,6 +6,7 @@ mod types;
 
 #[cfg(feature = "verbs")]
 pub mod real;
+#[cfg(any(test, feature = "testing"))]
 pub mod sim;
 
 pub use types::*;

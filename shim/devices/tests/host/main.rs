@@ -2,7 +2,6 @@
 //! No GPU or RDMA hardware is involved: these are the honest doubles of the issue.
 
 mod cdi;
-mod cli;
 mod gpu;
 mod inject;
 mod rdma;
