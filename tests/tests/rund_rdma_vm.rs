@@ -231,10 +231,10 @@ fn write_bw_against_ib_write_bw_with_the_same_parameters() {
     };
     let tmp = tempfile::tempdir().unwrap();
     let cases: [(&str, &[&str]); 4] = [
-        ("s64k-n300", &["-s", "65536", "-n", "300"]),
+        ("s64k-n100", &["-s", "65536", "-n", "100"]),
         ("a-n10", &["-a", "-n", "10"]),
         ("D2", &["-D", "2"]),
-        ("x1-s4k-n300", &["-x", "1", "-s", "4096", "-n", "300"]),
+        ("x1-s4k-n100", &["-x", "1", "-s", "4096", "-n", "100"]),
     ];
     for (i, (case, args)) in cases.iter().enumerate() {
         compare(&sr, &rund, 18600 + i as u16, case, args, tmp.path());
@@ -376,12 +376,7 @@ fn container_runs_ib_write_bw_all_sizes_and_runc_cannot_register() {
     );
     let flags = env.rund_flags(&cfg, &["--net-host"]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let out = env.run(
-        "rdma-rund",
-        &rund_tests::RUND_RUNTIME.to_string(),
-        &flags,
-        &script,
-    );
+    let out = env.run("rdma-rund", rund_tests::RUND_RUNTIME, &flags, &script);
     let (server_ok, server_out) = server.finish(Duration::from_secs(120));
     let o = &out.stdout;
     eprintln!("---- inside rund ----\n{o}\n{}", out.stderr);
@@ -456,7 +451,7 @@ fn write_bw_gate_on_real_measurements() {
         return;
     };
     let sr = &env.sr;
-    let iters = ("iters", toml::Value::Integer(1000));
+    let iters = ("iters", toml::Value::Integer(300));
     let require = ("verify", toml::Value::from("require"));
     let default_cfg = env.config("gate-default", &[require.clone(), iters.clone()]);
     let reachable = env.config(

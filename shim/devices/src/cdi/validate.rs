@@ -55,7 +55,7 @@ fn required_version(spec: &Spec) -> (&'static str, &'static str) {
 
 fn check_env(field: &str, env: &[String]) -> Result<(), String> {
     for (i, e) in env.iter().enumerate() {
-        if !e.split_once('=').is_some_and(|(k, _)| !k.is_empty()) {
+        if e.split_once('=').is_none_or(|(k, _)| k.is_empty()) {
             return Err(format!("{field}[{i}]: {e:?} is not NAME=value"));
         }
     }
