@@ -8,13 +8,12 @@
 
 mod rdma_vm;
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rdma_vm::{
-    ib_write_bw_pair, perftest_lines, perftest_local_gid, perftest_rootfs, rund_write_bw, sh,
-    sysfs_gid, LinkGuard, Server, SoftRoce,
+    entry_id, ib_write_bw_pair, major_minor, perftest_lines, perftest_local_gid, perftest_rootfs,
+    rund_write_bw, sh, sysfs_gid, uverbs_of, wait_listening, LinkGuard, Server, SoftRoce,
 };
 use rund_tests::inside::{
     assert_allowed, assert_denied, locked_memory, mknod_probe, open_probe, parse_stat, stat_script,
@@ -42,25 +41,6 @@ fn soft_roce() -> Option<SoftRoce> {
 
 fn rund_cli(test: &str) -> Option<PathBuf> {
     rund_bins_or_skip(test).map(|b| b.path("rund"))
-}
-
-fn major_minor(path: &str) -> (i64, i64) {
-    let d = std::fs::metadata(path).unwrap().rdev();
-    let major = ((d >> 8) & 0xfff) | ((d >> 32) & !0xfff);
-    let minor = (d & 0xff) | ((d >> 12) & !0xff);
-    (major as i64, minor as i64)
-}
-
-/// `/dev/infiniband/uverbsN` of `dev`, from `/sys/class/infiniband_verbs/*/ibdev`.
-fn uverbs_of(dev: &str) -> String {
-    for e in std::fs::read_dir("/sys/class/infiniband_verbs").unwrap() {
-        let e = e.unwrap();
-        let ibdev = std::fs::read_to_string(e.path().join("ibdev")).unwrap_or_default();
-        if ibdev.trim() == dev {
-            return format!("/dev/infiniband/{}", e.file_name().to_string_lossy());
-        }
-    }
-    panic!("no uverbs node for {dev}");
 }
 
 fn devices_json(rund: &Path, dev: &str) -> (serde_json::Value, serde_json::Value) {
@@ -327,19 +307,6 @@ impl Env {
     }
 }
 
-/// Waits until something listens on TCP `port` (the perftest server's banner goes to a
-/// block-buffered file, so its log cannot tell).
-fn wait_listening(port: u16) {
-    for _ in 0..600 {
-        let out = sh(&["ss", "-Hltn", &format!("sport = :{port}")]);
-        if out.success() && !out.stdout.trim().is_empty() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("nothing listens on port {port}");
-}
-
 #[test]
 fn container_runs_ib_write_bw_all_sizes_and_runc_cannot_register() {
     let Some(env) = start("container_runs_ib_write_bw_all_sizes_and_runc_cannot_register") else {
@@ -432,17 +399,6 @@ fn container_runs_ib_write_bw_all_sizes_and_runc_cannot_register() {
         "ib_write_bw -a under runc must fail to register memory: {text}"
     );
     assert_no_leaks_within(&env.ctd, &before, GRACE);
-}
-
-/// The cache entry's identity: a re-measurement replaces the file.
-fn entry_id(path: &Path) -> (u64, i64, i64, String) {
-    let m = std::fs::metadata(path).unwrap();
-    (
-        m.ino(),
-        m.mtime(),
-        m.mtime_nsec(),
-        std::fs::read_to_string(path).unwrap(),
-    )
 }
 
 #[test]

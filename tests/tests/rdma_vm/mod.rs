@@ -1,6 +1,7 @@
 //! Helpers of the soft-RoCE suite: the device `make test-rdma-vm` brings up, Debian's
 //! `ib_write_bw` as server + client, rund's `write-bw`, and a rootfs that carries perftest.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -282,4 +283,47 @@ pub fn perftest_rootfs(dir: &Path) -> PathBuf {
         copy_into(dir, f);
     }
     dir.to_owned()
+}
+
+pub fn major_minor(path: &str) -> (i64, i64) {
+    let d = std::fs::metadata(path).unwrap().rdev();
+    let major = ((d >> 8) & 0xfff) | ((d >> 32) & !0xfff);
+    let minor = (d & 0xff) | ((d >> 12) & !0xff);
+    (major as i64, minor as i64)
+}
+
+/// `/dev/infiniband/uverbsN` of `dev`, from `/sys/class/infiniband_verbs/*/ibdev`.
+pub fn uverbs_of(dev: &str) -> String {
+    for e in std::fs::read_dir("/sys/class/infiniband_verbs").unwrap() {
+        let e = e.unwrap();
+        let ibdev = std::fs::read_to_string(e.path().join("ibdev")).unwrap_or_default();
+        if ibdev.trim() == dev {
+            return format!("/dev/infiniband/{}", e.file_name().to_string_lossy());
+        }
+    }
+    panic!("no uverbs node for {dev}");
+}
+
+/// Waits until something listens on TCP `port` (the perftest server's banner goes to a
+/// block-buffered file, so its log cannot tell).
+pub fn wait_listening(port: u16) {
+    for _ in 0..600 {
+        let out = sh(&["ss", "-Hltn", &format!("sport = :{port}")]);
+        if out.success() && !out.stdout.trim().is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("nothing listens on port {port}");
+}
+
+/// The cache entry's identity: a re-measurement replaces the file.
+pub fn entry_id(path: &Path) -> (u64, i64, i64, String) {
+    let m = std::fs::metadata(path).unwrap();
+    (
+        m.ino(),
+        m.mtime(),
+        m.mtime_nsec(),
+        std::fs::read_to_string(path).unwrap(),
+    )
 }
