@@ -64,7 +64,8 @@ vm-deps:
 test-v2: build vm-deps
 	$(VM_RUN) --suite v2
 
-# soft-RoCE (rxe0 on dummy0) and an ib_write_bw loopback in the VM, then tests/vm/rdma.list.
+# soft-RoCE (rxe0 on dummy0) and an ib_write_bw loopback in the VM, then tests/vm/rdma.list:
+# discovery, write_bw against ib_write_bw, ib_write_bw -a in a container, the gate.
 test-rdma-vm: build vm-deps
 	$(VM_RUN) --suite rdma
 

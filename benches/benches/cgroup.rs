@@ -1,6 +1,6 @@
 //! cgroup v1: creating a container's cgroups with mkdir (what runc and rund
 //! without the pool do) against claiming pre-made slots by rename (rund's
-//! pool, issue 7), across every v1 hierarchy of this machine. Written against
+//! pool), across every v1 hierarchy of this machine. Written against
 //! cgroupfs directly, so it measures the kernel cost the pool avoids whatever
 //! state rund-cgroup is in.
 //!

@@ -15,15 +15,41 @@ mod real {
     use criterion::Criterion;
     use std::hint::black_box;
 
+    use rund_devices::devnode::ProcDevices;
+    use rund_devices::gpu::{self, DriverCapabilities};
+    use rund_devices::{rdma, DeviceConfig};
+
+    /// Counts from one scan, so the loop can `black_box` them.
+    pub struct ScanStats {
+        pub rdma_devices: usize,
+        pub rdma_nodes: usize,
+        pub gpu_control_nodes: usize,
+        pub driver_files: usize,
+    }
+
+    /// The host-side scan without NVML: sysfs RDMA walk, `/proc/devices`, driver files.
+    pub fn scan(cfg: &DeviceConfig) -> ScanStats {
+        let devs = rdma::discover_rdma(cfg);
+        let pd = ProcDevices::read(&cfg.proc_devices).unwrap_or_default();
+        let (ctl, _) = gpu::gpu_control_nodes(cfg, &pd);
+        ScanStats {
+            rdma_devices: devs.len(),
+            rdma_nodes: devs.iter().map(|d| d.nodes().count()).sum::<usize>()
+                + usize::from(rdma::rdma_cm_node(cfg).is_some()),
+            gpu_control_nodes: ctl.len(),
+            driver_files: gpu::driver_files(cfg, &DriverCapabilities::default()).len(),
+        }
+    }
+
     pub fn benches(c: &mut Criterion) {
-        let cfg = rund_devices::DeviceConfig::default();
-        let found = rund_devices::scan_for_bench(&cfg);
+        let cfg = DeviceConfig::default();
+        let found = scan(&cfg);
         eprintln!(
             "devices bench: host has {} RDMA devices ({} nodes), {} GPU control nodes, {} driver files",
             found.rdma_devices, found.rdma_nodes, found.gpu_control_nodes, found.driver_files
         );
         c.bench_function("devices/scan (host, no NVML)", |b| {
-            b.iter(|| rund_devices::scan_for_bench(black_box(&cfg)))
+            b.iter(|| scan(black_box(&cfg)))
         });
     }
 }

@@ -1,5 +1,5 @@
 //! Spec processing on the Create path: parsing the bundle's config.json and
-//! the checks and derivations rund-shim makes from it (issue 4).
+//! the checks and derivations rund-shim makes from it.
 //!
 //! Input: the config.json containerd 1.6 writes for `ctr run --rootfs`
 //! (captured from a real run, benches/data/ctr-rootfs-config.json).

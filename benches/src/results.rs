@@ -129,7 +129,7 @@ pub struct FeatureResult {
     pub concurrent: [Vec<ConcurrentRun>; 2],
 }
 
-/// The cgroup pool on against off at one N (issue 7).
+/// The cgroup pool on against off at one N.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct PoolLevel {
     /// "on" or "off".

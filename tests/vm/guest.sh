@@ -56,6 +56,10 @@ if [ "$suite" = rdma ]; then
     soft_roce_smoke || die "soft-RoCE smoke failed"
 fi
 
+# The host's binaries come over 9p: a cold first read of containerd under TCG can outlast the
+# harness's 20 s version probe, so read them once here.
+cat /usr/bin/containerd /usr/bin/ctr /usr/bin/containerd-shim-runc-v2 >/dev/null 2>&1
+
 export RUND_REQUIRE_ALL=1 RUND_REQUIRE_BINS=1 RUND_SUITE=v2 RUST_BACKTRACE=1
 export TMPDIR=$vol/tmp
 [ -n "$runtime" ] && export RUND_IT_RUNTIME=$runtime

@@ -17,7 +17,7 @@ use crate::runtime::{Runtime, RuntimeKind};
 pub struct Switch {
     pub feature: &'static str,
     pub variants: [&'static str; 2],
-    /// Default file contents; the keys follow issue 5.
+    /// Default file contents.
     pub defaults: [&'static str; 2],
     /// Also compare concurrent starts (the pool matters under concurrency).
     pub concurrent: bool,

@@ -1,8 +1,6 @@
 //! Time source seam: the engine reads time only through [`Clock`], so tests drive a
-//! [`SimClock`] deterministically while production uses the monotonic clock.
+//! `SimClock` (feature `testing`) deterministically while production uses the monotonic clock.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Instant;
 
 /// A nanosecond clock. Only differences between readings are meaningful.
@@ -36,30 +34,41 @@ impl Clock for MonotonicClock {
     }
 }
 
-/// A clock that only moves when told to. Clones share the same time, so the simulated
-/// device and the engine agree on "now".
-#[derive(Debug, Clone, Default)]
-pub struct SimClock {
-    now: Arc<AtomicU64>,
-}
+#[cfg(any(test, feature = "testing"))]
+pub use sim::SimClock;
 
-impl SimClock {
-    pub fn new() -> Self {
-        Self::default()
+#[cfg(any(test, feature = "testing"))]
+mod sim {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    use super::Clock;
+
+    /// A clock that only moves when told to. Clones share the same time, so the simulated
+    /// device and the engine agree on "now".
+    #[derive(Debug, Clone, Default)]
+    pub struct SimClock {
+        now: Arc<AtomicU64>,
     }
 
-    pub fn advance(&self, ns: u64) {
-        self.now.fetch_add(ns, Ordering::SeqCst);
+    impl SimClock {
+        pub fn new() -> Self {
+            Self::default()
+        }
+
+        pub fn advance(&self, ns: u64) {
+            self.now.fetch_add(ns, Ordering::SeqCst);
+        }
+
+        /// Moves time forward to `t` (never backwards).
+        pub fn advance_to(&self, t: u64) {
+            self.now.fetch_max(t, Ordering::SeqCst);
+        }
     }
 
-    /// Moves time forward to `t` (never backwards).
-    pub fn advance_to(&self, t: u64) {
-        self.now.fetch_max(t, Ordering::SeqCst);
-    }
-}
-
-impl Clock for SimClock {
-    fn now_ns(&self) -> u64 {
-        self.now.load(Ordering::SeqCst)
+    impl Clock for SimClock {
+        fn now_ns(&self) -> u64 {
+            self.now.load(Ordering::SeqCst)
+        }
     }
 }

@@ -3,22 +3,24 @@
 //!
 //! Layout (one folder per concept):
 //! - [`verbs`]: the `Verbs` backend trait, the real libibverbs backend (feature `verbs`) and a
-//!   simulated backend with a controllable clock;
+//!   simulated backend with a controllable clock (feature `testing`);
 //! - [`engine`]: perftest's parameter rules, the send loop, duration mode and the report;
 //! - [`memlock`]: the RLIMIT_MEMLOCK preflight;
 //! - [`gate`]: policy, cached results under a lock, the `Gate::ensure` API used by the shim;
-//! - [`cli`]: `rund check write-bw`.
+//! - [`run`]: what `rund check write-bw` runs and prints (its command line is the `rund`
+//!   binary's).
 
-pub mod cli;
 pub mod clock;
 pub mod engine;
 pub mod error;
 pub mod gate;
 pub mod memlock;
+pub mod run;
 pub mod verbs;
 
-pub use cli::{cli_main, WriteBwArgs};
-pub use clock::{Clock, MonotonicClock, SimClock};
+#[cfg(any(test, feature = "testing"))]
+pub use clock::SimClock;
+pub use clock::{Clock, MonotonicClock};
 pub use engine::params::{Resolved, SysInfo, WriteBwParams};
 pub use engine::report::{BwReport, ReportUnit};
 pub use engine::run_write_bw;
@@ -28,4 +30,5 @@ pub use gate::{
     Verdict, Verify,
 };
 pub use memlock::{MemlockError, ProcRlimit, RlimitSource};
+pub use run::WriteBwRequest;
 pub use verbs::{Verbs, VerbsError, VerbsProvider};

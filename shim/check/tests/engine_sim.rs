@@ -285,7 +285,7 @@ fn roce_uses_gid_routing() {
     let (res, prov) = run(
         WriteBwParams {
             iters: 10,
-            gid_index: 3,
+            gid_index: Some(3),
             ..Default::default()
         },
         model,
@@ -303,4 +303,47 @@ fn port_not_active_is_a_clear_error() {
     let msg = res.unwrap_err().to_string();
     assert!(msg.contains("port 1 of sim0 is DOWN"), "{msg}");
     assert!(prov.stats().mr_lens.is_empty(), "nothing registered");
+}
+
+#[test]
+fn roce_gid_is_picked_as_perftest_does_unless_given() {
+    let fe80 = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0xff, 0xfe, 0, 0, 1];
+    let v4 = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 99, 0, 1];
+    let mut model = SimModel::default();
+    model.port.link_layer = LinkLayer::Ethernet;
+    // soft-RoCE's table: each address as RoCE v1 then v2, then empty entries.
+    model.gids = vec![
+        (fe80, GidType::IbRoceV1),
+        (fe80, GidType::RoceV2),
+        (v4, GidType::IbRoceV1),
+        (v4, GidType::RoceV2),
+    ];
+    model.port.gid_tbl_len = 8;
+    let params = WriteBwParams {
+        iters: 10,
+        ..Default::default()
+    };
+    let (res, prov) = run(params.clone(), model.clone());
+    assert_eq!(
+        res.unwrap()[0].gid_index,
+        Some(3),
+        "the IPv4-mapped RoCE v2 GID"
+    );
+    let g = prov.stats().rtr_attrs[0].grh.unwrap();
+    assert_eq!((g.sgid_index, g.dgid), (3, v4));
+
+    let (res, prov) = run(
+        WriteBwParams {
+            gid_index: Some(1),
+            ..params.clone()
+        },
+        model,
+    );
+    assert_eq!(res.unwrap()[0].gid_index, Some(1), "-x wins");
+    assert_eq!(prov.stats().rtr_attrs[0].grh.unwrap().sgid_index, 1);
+
+    // InfiniBand: no GRH, no GID index.
+    let (res, prov) = run(params, SimModel::default());
+    assert_eq!(res.unwrap()[0].gid_index, None);
+    assert!(prov.stats().rtr_attrs[0].grh.is_none());
 }

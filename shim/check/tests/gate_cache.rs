@@ -24,6 +24,7 @@ struct Counting {
     bw: f64,
     rate_gbps: Option<f64>,
     log: Option<PathBuf>,
+    state: std::sync::Mutex<Option<String>>,
 }
 
 fn report(bw: f64) -> BwReport {
@@ -35,6 +36,7 @@ fn report(bw: f64) -> BwReport {
         msg_rate_mpps: bw / 65536.0 * 1.048576,
         unit: ReportUnit::MiB,
         elapsed_ns: 1,
+        gid_index: None,
     }
 }
 
@@ -56,6 +58,9 @@ impl DeviceChecker for Counting {
     fn rated_mib_per_sec(&self, _device: &str, _port: u8) -> Option<f64> {
         self.rate_gbps.map(gbps_to_mib)
     }
+    fn port_state(&self, _device: &str, _port: u8) -> Option<String> {
+        self.state.lock().unwrap().clone()
+    }
 }
 
 fn counting(bw: f64) -> Arc<Counting> {
@@ -64,7 +69,29 @@ fn counting(bw: f64) -> Arc<Counting> {
         bw,
         rate_gbps: Some(100.0),
         log: None,
+        state: Default::default(),
     })
+}
+
+#[test]
+fn a_port_that_went_down_is_refused_despite_a_cached_pass() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = counting(11000.0);
+    let gate = Gate::with_checker(&cfg(tmp.path()), c.clone());
+    let p = policy(Threshold::MiBps(100.0));
+    *c.state.lock().unwrap() = Some("ACTIVE".into());
+    assert_eq!(gate.ensure("mlx5_0", &p).unwrap().verdict, Verdict::Pass);
+    *c.state.lock().unwrap() = Some("DOWN".into());
+    let err = gate.ensure("mlx5_0", &p).unwrap_err().to_string();
+    assert!(err.contains("port 1 of mlx5_0 is DOWN"), "{err}");
+    assert_eq!(
+        c.calls.load(Ordering::SeqCst),
+        1,
+        "a down port is not measured"
+    );
+    *c.state.lock().unwrap() = Some("ACTIVE".into());
+    let o = gate.ensure("mlx5_0", &p).unwrap();
+    assert!(o.from_cache, "the pass is still cached");
 }
 
 fn cfg(dir: &Path) -> GateConfig {
@@ -121,6 +148,7 @@ fn child_process_gate_request() {
         bw: 11000.0,
         rate_gbps: Some(100.0),
         log: Some(log.into()),
+        state: Default::default(),
     });
     let gate = Gate::with_checker(
         &GateConfig {
@@ -271,6 +299,7 @@ fn require_warn_off_policies() {
         bw: 11000.0,
         rate_gbps: None,
         log: None,
+        state: Default::default(),
     });
     let g2 = Gate::with_checker(&cfg(tmp.path()), norate);
     let e = g2

@@ -4,12 +4,11 @@
 use std::io;
 use std::sync::Mutex;
 
-use clap::Parser;
 use rund_check::engine::params::{SysInfo, WriteBwParams};
 use rund_check::memlock::{preflight, MemlockError};
 use rund_check::verbs::sim::{SimModel, SimProvider};
 use rund_check::verbs::{MemKind, VerbsError, VerbsProvider};
-use rund_check::{ProcRlimit, RlimitSource, SimClock, WriteBwArgs};
+use rund_check::{ProcRlimit, RlimitSource, SimClock, WriteBwRequest};
 
 #[test]
 fn seed_case_all_sizes_needs_16_mib_against_this_machines_limit() {
@@ -150,19 +149,19 @@ fn real_backend_reports_no_devices() {
     assert_eq!(e.to_string(), "no RDMA devices found");
 }
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: WriteBwArgs,
+fn request(device: &str, params: WriteBwParams, json: bool) -> WriteBwRequest {
+    WriteBwRequest {
+        device: device.into(),
+        params,
+        json,
+        use_cuda: None,
+    }
 }
 
-fn cli(argv: &[&str], prov: &impl VerbsProvider, clock: &SimClock) -> (i32, String, String) {
-    let args = Cli::try_parse_from(std::iter::once("write-bw").chain(argv.iter().copied()))
-        .unwrap()
-        .args;
+fn cli(req: &WriteBwRequest, prov: &impl VerbsProvider, clock: &SimClock) -> (i32, String, String) {
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let f = fixed(u64::MAX / 2, u64::MAX / 2, true);
-    let code = rund_check::cli::run_cli(&args, prov, clock, &f, &mut out, &mut err);
+    let code = rund_check::run::run_report(req, prov, clock, &f, &mut out, &mut err);
     (
         code,
         String::from_utf8(out).unwrap(),
@@ -176,25 +175,40 @@ fn cli_with_the_real_backend_says_no_devices_and_fails() {
     if RealProvider.device_names().is_ok() {
         rund_skip::skip!("this machine has RDMA devices");
     }
-    for argv in [&[][..], &["--device", "mlx5_0"], &["-a", "--json"]] {
-        let (code, out, err) = cli(argv, &RealProvider, &SimClock::new());
-        assert_ne!(code, 0, "{argv:?}");
+    let all_sizes = WriteBwParams {
+        run_all: true,
+        ..Default::default()
+    };
+    for req in [
+        request("all", WriteBwParams::default(), false),
+        request("mlx5_0", WriteBwParams::default(), false),
+        request("all", all_sizes, true),
+    ] {
+        let (code, out, err) = cli(&req, &RealProvider, &SimClock::new());
+        assert_ne!(code, 0, "{req:?}");
         assert!(
             err.contains("no RDMA devices found") || out.contains("no RDMA devices found"),
-            "{argv:?}: {out} {err}"
+            "{req:?}: {out} {err}"
         );
     }
-    // The entry point the lead wires in.
-    let args = Cli::try_parse_from(["write-bw"]).unwrap().args;
-    assert_ne!(rund_check::cli_main(args), 0);
+    // The entry point `rund check write-bw` calls.
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let req = request("all", WriteBwParams::default(), false);
+    assert_ne!(rund_check::run::run_real(&req, &mut out, &mut err), 0);
+    let err = String::from_utf8(err).unwrap();
+    assert!(err.contains("no RDMA devices found"), "{err}");
 }
 
 #[test]
 fn cli_table_json_and_limit() {
     let clock = SimClock::new();
     let prov = SimProvider::new(&["sim0", "sim1"], clock.clone(), SimModel::default());
-    let cli = |argv: &[&str], prov: &SimProvider| cli(argv, prov, &clock);
-    let (code, out, _) = cli(&["-n", "100"], &prov);
+    let cli = |req: WriteBwRequest, prov: &SimProvider| cli(&req, prov, &clock);
+    let n100 = WriteBwParams {
+        iters: 100,
+        ..Default::default()
+    };
+    let (code, out, _) = cli(request("all", n100.clone(), false), &prov);
     assert_eq!(code, 0);
     assert!(
         out.contains("BW peak[MiB/sec]") && out.contains(" sim0") && out.contains(" sim1"),
@@ -202,19 +216,25 @@ fn cli_table_json_and_limit() {
     );
     assert!(out.contains(" 65536      100 "), "{out}");
     // ~11920 MiB/s on the simulated link: a 20000 MiB/s limit fails.
-    let (code, _, err) = cli(&["-n", "100", "--limit-bw", "20000", "-d", "sim1"], &prov);
+    let limited = WriteBwParams {
+        limit_bw: Some(20000.0),
+        ..n100.clone()
+    };
+    let (code, _, err) = cli(request("sim1", limited, false), &prov);
     assert_eq!(code, 1);
     assert!(err.contains("below bw limit"), "{err}");
     // With --report-gbits the limit is in Gb/s: the link gives ~99.6 Gb/s.
-    let (code, out, _) = cli(
-        &["-n", "100", "--limit_bw", "90", "--json", "--report-gbits"],
-        &prov,
-    );
+    let gbits = WriteBwParams {
+        limit_bw: Some(90.0),
+        report_gbits: true,
+        ..n100
+    };
+    let (code, out, _) = cli(request("all", gbits, true), &prov);
     assert_eq!(code, 0, "{out}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v.as_array().unwrap().len(), 2);
     assert_eq!(v[0]["results"][0]["unit"], "Gb/s");
-    let (code, _, err) = cli(&["-d", "nope"], &prov);
+    let (code, _, err) = cli(request("nope", WriteBwParams::default(), false), &prov);
     assert_eq!(code, 1);
     assert!(err.contains("nope not found"), "{err}");
 }

@@ -237,6 +237,7 @@ fn report_line_matches_perftest_format() {
         msg_rate_mpps: 0.190404,
         unit: ReportUnit::MiB,
         elapsed_ns: 1,
+        gid_index: None,
     };
     assert_eq!(
         format_line(&r),

@@ -5,7 +5,6 @@
 //! Asking for nothing never loads NVML or reads sysfs.
 
 pub mod cdi;
-pub mod cli;
 pub mod config;
 pub mod devnode;
 pub mod error;
@@ -19,7 +18,6 @@ pub mod select;
 pub mod testutil;
 
 pub use cdi::{cdi_generate, CdiRegistry, GenerateReport};
-pub use cli::{devices_json, devices_table, scan_for_bench, ScanStats};
 pub use config::DeviceConfig;
 pub use devnode::DeviceNode;
 pub use error::{DeviceError, Result};

@@ -1,5 +1,6 @@
 //! The `rund` admin CLI: doctor, pool, devices, cdi, check, userns, install and uninstall.
 
+pub mod check;
 pub mod devices;
 pub mod doctor;
 pub mod error;
@@ -113,7 +114,7 @@ pub struct CdiGenerateArgs {
 #[derive(Debug, Subcommand)]
 pub enum CheckCommand {
     /// ib_write_bw-compatible RDMA WRITE bandwidth test (loopback RC).
-    WriteBw(rund_check::WriteBwArgs),
+    WriteBw(check::WriteBwArgs),
 }
 
 /// Runs one parsed command; returns the exit status.
@@ -146,7 +147,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<i32, CliError> {
         Command::Userns(UsernsCommand::List { json }) => userns::list(&cfg, json, out)?,
         Command::Userns(UsernsCommand::Repair) => userns::repair(&cfg, out)?,
         // rund-check prints its own report and errors.
-        Command::Check(CheckCommand::WriteBw(a)) => return Ok(rund_check::cli_main(a)),
+        Command::Check(CheckCommand::WriteBw(a)) => return Ok(check::write_bw(&a)),
         Command::Install(_) | Command::Uninstall(_) => unreachable!("dispatched above"),
     }
     Ok(0)

@@ -112,11 +112,37 @@ fn check_write_bw_forwards_perftest_options() {
         (Some(4096), Some(100), true, true)
     );
     assert_eq!(a.limit_bw, Some(9000.0));
+    let r = a.request();
+    assert_eq!((r.device.as_str(), r.json), ("mlx5_0", true));
+    assert_eq!(
+        (r.params.size, r.params.iters, r.params.run_all),
+        (4096, 100, true)
+    );
+    assert_eq!(
+        (r.params.limit_bw, r.params.gid_index),
+        (Some(9000.0), None)
+    );
     let Command::Check(CheckCommand::WriteBw(a)) = parse(&["check", "write-bw"]).unwrap().command
     else {
         panic!("not write-bw");
     };
     assert_eq!(a.device, "all");
+    let r = a.request();
+    assert_eq!(
+        (r.params.size, r.params.iters),
+        (65536, 5000),
+        "perftest's defaults"
+    );
+    // perftest's spellings: -x for the GID index, -D for a duration, --limit_bw.
+    let c = parse(&["check", "write-bw", "-x", "3", "-D", "2", "--limit_bw", "1"]).unwrap();
+    let Command::Check(CheckCommand::WriteBw(a)) = c.command else {
+        panic!("not write-bw");
+    };
+    let r = a.request();
+    assert_eq!(
+        (r.params.gid_index, r.params.duration, r.params.limit_bw),
+        (Some(3), Some(2), Some(1.0))
+    );
     assert!(parse(&["check", "write-bw", "-s", "big"]).is_err());
 }
 

@@ -1,4 +1,4 @@
-//! The cgroup pool, on against off (issue 7). For N = 1 (sequential
+//! The cgroup pool, on against off. For N = 1 (sequential
 //! `run --rm`) and each concurrency level, both the start time seen by ctr
 //! and the Create's cgroup phase as the shim records it (`[trace]
 //! phases_file`); then the dying memcgs left by create/delete cycles.

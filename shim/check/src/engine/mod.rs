@@ -2,6 +2,7 @@
 //! verbs backend and the clock.
 
 pub mod duration;
+pub mod gid;
 pub mod params;
 pub mod report;
 
@@ -26,6 +27,8 @@ pub struct Loopback {
     pub sender: QpInfo,
     pub receiver: QpInfo,
     pub mr: MrInfo,
+    /// The GID index used on RoCE (given with `-x` or picked as perftest does).
+    pub gid_index: Option<u32>,
 }
 
 /// A 24-bit PSN, as perftest's `lrand48() & 0xffffff`.
@@ -51,11 +54,16 @@ pub fn setup<V: Verbs + ?Sized>(
             state: port.state.to_string(),
         });
     }
-    let grh = if port.link_layer == LinkLayer::Ethernet {
-        let gid = dev.query_gid(r.ib_port, r.gid_index)?;
+    let gid_index = match (port.link_layer, r.gid_index) {
+        (LinkLayer::Ethernet, None) => Some(gid::best_gid_index(dev, r.ib_port, port.gid_tbl_len)?),
+        (LinkLayer::Ethernet, Some(i)) => Some(i),
+        _ => None,
+    };
+    let grh = if let Some(index) = gid_index {
+        let gid = dev.query_gid(r.ib_port, index)?;
         Some(Grh {
             dgid: gid,
-            sgid_index: r.gid_index as u8,
+            sgid_index: index as u8,
             hop_limit: 0xff,
             traffic_class: 0,
             flow_label: 0,
@@ -103,6 +111,7 @@ pub fn setup<V: Verbs + ?Sized>(
         sender,
         receiver,
         mr,
+        gid_index,
     })
 }
 
@@ -227,7 +236,12 @@ pub fn run_write_bw<V: Verbs + ?Sized, C: Clock + ?Sized>(
     let lb = setup(dev, r, rlimit, mem)?;
     r.sizes
         .iter()
-        .map(|&size| run_iter(dev, clock, &lb, r, size))
+        .map(|&size| {
+            run_iter(dev, clock, &lb, r, size).map(|rep| BwReport {
+                gid_index: lb.gid_index,
+                ..rep
+            })
+        })
         .collect()
 }
 

@@ -42,8 +42,8 @@ pub struct WriteBwParams {
     /// `--limit_bw`, in the report's unit.
     pub limit_bw: Option<f64>,
     pub ib_port: u8,
-    /// GID index for RoCE (GRH); perftest's auto-selection is not reproduced.
-    pub gid_index: u32,
+    /// GID index for RoCE (GRH); `None` picks one as perftest does.
+    pub gid_index: Option<u32>,
 }
 
 impl Default for WriteBwParams {
@@ -59,7 +59,7 @@ impl Default for WriteBwParams {
             report_gbits: false,
             limit_bw: None,
             ib_port: DEF_IB_PORT,
-            gid_index: 0,
+            gid_index: None,
         }
     }
 }
@@ -148,7 +148,7 @@ pub struct Resolved {
     pub unit: ReportUnit,
     pub limit_bw: Option<f64>,
     pub ib_port: u8,
-    pub gid_index: u32,
+    pub gid_index: Option<u32>,
     pub sys: SysInfo,
     /// Bytes registered: sized for the largest message.
     pub buffer_bytes: u64,

@@ -43,6 +43,9 @@ pub struct BwReport {
     pub unit: ReportUnit,
     /// Δt of the measured window, in nanoseconds.
     pub elapsed_ns: u64,
+    /// The RoCE GID index used (none on InfiniBand).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid_index: Option<u32>,
 }
 
 impl BwReport {
@@ -120,6 +123,7 @@ pub fn compute(
         msg_rate_mpps: msg_rate,
         unit,
         elapsed_ns: sum,
+        gid_index: None,
     }
 }
 

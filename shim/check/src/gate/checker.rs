@@ -11,13 +11,18 @@ use crate::error::CheckError;
 use crate::memlock::RlimitSource;
 use crate::verbs::{MemKind, VerbsError, VerbsProvider};
 
-use super::policy::rated_mib_from_sysfs;
+use super::policy::{port_state_from_sysfs, rated_mib_from_sysfs};
 
 pub trait DeviceChecker: Send + Sync {
     /// Runs write_bw on `device`; one report (the gate uses a single size).
     fn measure(&self, device: &str, params: &WriteBwParams) -> Result<BwReport, CheckError>;
     /// The port's rated speed in MiB/s, if known.
     fn rated_mib_per_sec(&self, device: &str, port: u8) -> Option<f64>;
+    /// The port's state now (e.g. `ACTIVE`, `DOWN`), if known: a cached pass does not let a
+    /// port that went down through.
+    fn port_state(&self, _device: &str, _port: u8) -> Option<String> {
+        None
+    }
 }
 
 pub struct VerbsChecker<P, C> {
@@ -61,5 +66,9 @@ impl<P: VerbsProvider, C: Clock> DeviceChecker for VerbsChecker<P, C> {
 
     fn rated_mib_per_sec(&self, device: &str, port: u8) -> Option<f64> {
         rated_mib_from_sysfs(&self.sysfs_root, device, port)
+    }
+
+    fn port_state(&self, device: &str, port: u8) -> Option<String> {
+        port_state_from_sysfs(&self.sysfs_root, device, port)
     }
 }

@@ -187,6 +187,17 @@ impl Gate {
         if !cache::valid_device_name(device) {
             return Err(GateError::InvalidDevice(device.to_string()));
         }
+        if let Some(state) = self.checker.port_state(device, policy.ib_port) {
+            if state != "ACTIVE" {
+                let e = crate::error::CheckError::PortNotActive {
+                    device: device.to_string(),
+                    port: policy.ib_port,
+                    state,
+                };
+                let out = self.outcome(device, None, Some(e.to_string()), policy, false, 0);
+                return self.decide(out, policy);
+            }
+        }
         let (entry, from_cache) = match self.measure_cached(device, policy) {
             Ok(x) => x,
             Err(source) => {
@@ -215,6 +226,11 @@ impl Gate {
             from_cache,
             entry.measured_at_unix,
         );
+        self.decide(out, policy)
+    }
+
+    fn decide(&self, out: GateOutcome, policy: &GatePolicy) -> Result<GateOutcome, GateError> {
+        let device = out.device.as_str();
         match (out.verdict, policy.verify) {
             (Verdict::Pass, _) => {
                 tracing::info!(device, result = %out.summary(), "RDMA device verified");

@@ -138,6 +138,23 @@ pub fn gbps_to_mib(g: f64) -> f64 {
     g * 1e9 / 8.0 / 1_048_576.0
 }
 
+/// `<sysfs>/class/infiniband/<dev>/ports/<port>/state`, e.g. "4: ACTIVE" -> "ACTIVE".
+pub fn port_state_from_sysfs(sysfs: &Path, device: &str, port: u8) -> Option<String> {
+    let p = sysfs
+        .join("class/infiniband")
+        .join(device)
+        .join("ports")
+        .join(port.to_string())
+        .join("state");
+    let s = std::fs::read_to_string(p).ok()?;
+    let s = s.trim();
+    Some(
+        s.split_once(':')
+            .map_or(s, |(_, name)| name.trim())
+            .to_string(),
+    )
+}
+
 /// The rated speed of `<sysfs>/class/infiniband/<dev>/ports/<port>/rate` in MiB/s.
 pub fn rated_mib_from_sysfs(sysfs: &Path, device: &str, port: u8) -> Option<f64> {
     let p = sysfs

@@ -6,6 +6,7 @@ mod types;
 
 #[cfg(feature = "verbs")]
 pub mod real;
+#[cfg(any(test, feature = "testing"))]
 pub mod sim;
 
 pub use types::*;
@@ -49,6 +50,8 @@ pub trait Verbs {
     fn name(&self) -> &str;
     fn query_port(&mut self, port: u8) -> Result<PortInfo, VerbsError>;
     fn query_gid(&mut self, port: u8, index: u32) -> Result<[u8; 16], VerbsError>;
+    /// The RoCE version of a GID entry; `None` for an empty entry or an unknown type.
+    fn query_gid_type(&mut self, port: u8, index: u32) -> Result<Option<GidType>, VerbsError>;
     fn alloc_pd(&mut self) -> Result<PdHandle, VerbsError>;
     /// Allocates `len` bytes of `mem` and registers them with `access`.
     fn reg_mr(

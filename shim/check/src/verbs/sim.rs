@@ -24,6 +24,8 @@ pub struct SimModel {
     pub port: PortInfo,
     /// Fail `reg_mr` with this errno (e.g. ENOMEM, as a memlock shortfall does).
     pub reg_mr_errno: Option<i32>,
+    /// A RoCE GID table; empty: every index reads as `fe80::<index>` of no known type.
+    pub gids: Vec<([u8; 16], GidType)>,
 }
 
 impl Default for SimModel {
@@ -38,8 +40,10 @@ impl Default for SimModel {
                 active_mtu: Mtu(5),
                 link_layer: LinkLayer::InfiniBand,
                 lid: 7,
+                gid_tbl_len: 1,
             },
             reg_mr_errno: None,
+            gids: Vec::new(),
         }
     }
 }
@@ -208,11 +212,18 @@ impl Verbs for SimDevice {
     }
 
     fn query_gid(&mut self, _port: u8, index: u32) -> Result<[u8; 16], VerbsError> {
+        if let Some((gid, _)) = self.model.gids.get(index as usize) {
+            return Ok(*gid);
+        }
         let mut gid = [0u8; 16];
         gid[0] = 0xfe;
         gid[1] = 0x80;
         gid[15] = index as u8;
         Ok(gid)
+    }
+
+    fn query_gid_type(&mut self, _port: u8, index: u32) -> Result<Option<GidType>, VerbsError> {
+        Ok(self.model.gids.get(index as usize).map(|g| g.1))
     }
 
     fn alloc_pd(&mut self) -> Result<PdHandle, VerbsError> {

@@ -81,6 +81,27 @@ pub struct PortInfo {
     pub active_mtu: Mtu,
     pub link_layer: LinkLayer,
     pub lid: u16,
+    /// Entries in the port's GID table.
+    pub gid_tbl_len: u32,
+}
+
+/// The RoCE version of a GID table entry (sysfs `gid_attrs/types/<i>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum GidType {
+    /// `IB/RoCE v1`.
+    IbRoceV1,
+    /// `RoCE v2`.
+    RoceV2,
+}
+
+impl GidType {
+    pub fn parse(s: &str) -> Option<GidType> {
+        match s.trim() {
+            "IB/RoCE v1" => Some(GidType::IbRoceV1),
+            "RoCE v2" => Some(GidType::RoceV2),
+            _ => None,
+        }
+    }
 }
 
 /// `IBV_ACCESS_*` bits.

@@ -89,19 +89,17 @@ fn file_name(kind: &str) -> String {
     format!("rund-{}.json", kind.replace('/', "-"))
 }
 
-/// Validates with the CDI crate, then writes atomically (temp file + rename).
+/// Validates as a reader would, then writes atomically (temp file + rename).
 fn write_spec(out_dir: &Path, kind: &str, spec: &Value) -> Result<PathBuf> {
     let path = out_dir.join(file_name(kind));
-    let raw: container_device_interface::specs::config::Spec = serde_json::from_value(spec.clone())
-        .map_err(|e| DeviceError::CdiSpec {
+    let raw: super::schema::Spec =
+        serde_json::from_value(spec.clone()).map_err(|e| DeviceError::CdiSpec {
             path: path.clone(),
             reason: format!("generated spec does not parse: {e}"),
         })?;
-    container_device_interface::spec::new_spec(&raw, &path, 0).map_err(|e| {
-        DeviceError::CdiSpec {
-            path: path.clone(),
-            reason: format!("generated spec is invalid: {e:#}"),
-        }
+    super::validate(&raw).map_err(|e| DeviceError::CdiSpec {
+        path: path.clone(),
+        reason: format!("generated spec is invalid: {e}"),
     })?;
     let tmp = out_dir.join(format!(".{}.tmp", file_name(kind)));
     let body = serde_json::to_vec_pretty(spec).map_err(|e| DeviceError::Spec(e.to_string()))?;

@@ -1,16 +1,15 @@
-//! CDI: spec files from the configured dirs (parsed and validated by the
-//! `container-device-interface` crate), resolution of names, and edits to the OCI spec.
+//! CDI: spec files from the configured dirs (JSON or YAML, parsed with serde and validated
+//! here), resolution of names, and edits to the OCI spec.
 
 mod apply;
 mod generate;
+pub mod schema;
+mod validate;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use container_device_interface::container_edits::ContainerEdits;
-use container_device_interface::device::Device as CdiDevice;
-use container_device_interface::spec::read_spec;
-use container_device_interface::utils::is_cdi_spec;
+use schema::{ContainerEdits, Device as CdiDevice};
 
 use crate::error::{DeviceError, Result};
 use crate::select::CdiName;
@@ -19,6 +18,7 @@ pub use apply::{apply_cdi, CdiNodeInfo};
 pub use generate::{
     cdi_generate, gpu_cdi_spec, rdma_cdi_spec, GenerateReport, GPU_KIND, RDMA_KIND,
 };
+pub use validate::{validate, VERSIONS};
 
 /// One resolved CDI device: its own edits and those of the spec file it came from.
 #[derive(Debug, Clone)]
@@ -33,11 +33,40 @@ pub struct ResolvedCdi {
 #[derive(Debug, Default)]
 pub struct CdiRegistry {
     dirs: Vec<PathBuf>,
-    devices: BTreeMap<String, (i32, CdiDevice)>,
+    devices: BTreeMap<String, Loaded>,
     /// Names defined twice at the same priority: unusable, as the CDI spec says.
     conflicts: BTreeMap<String, Vec<String>>,
     /// Spec files that failed to load; they only matter if one of their devices is asked for.
     pub errors: Vec<DeviceError>,
+}
+
+/// One device and the spec file it came from.
+#[derive(Debug, Clone)]
+struct Loaded {
+    priority: usize,
+    spec_path: String,
+    spec_edits: Option<ContainerEdits>,
+    device: CdiDevice,
+}
+
+fn is_cdi_spec(p: &Path) -> bool {
+    matches!(
+        p.extension().and_then(|e| e.to_str()),
+        Some("json" | "yaml")
+    )
+}
+
+/// Reads, parses (YAML is a superset of JSON, and its errors carry the field's path) and
+/// validates one spec file.
+pub fn read_spec(path: &Path) -> Result<schema::Spec> {
+    let err = |reason: String| DeviceError::CdiSpec {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let data = std::fs::read(path).map_err(|e| err(format!("read: {e}")))?;
+    let spec: schema::Spec = serde_yaml::from_slice(&data).map_err(|e| err(e.to_string()))?;
+    validate::validate(&spec).map_err(err)?;
+    Ok(spec)
 }
 
 fn spec_files(dir: &Path) -> Vec<PathBuf> {
@@ -60,31 +89,33 @@ impl CdiRegistry {
             ..Default::default()
         };
         for (priority, dir) in dirs.iter().enumerate() {
-            let priority = priority as i32;
             for path in spec_files(dir) {
-                let spec = match read_spec(&path, priority) {
+                let spec = match read_spec(&path) {
                     Ok(s) => s,
                     Err(e) => {
-                        reg.errors.push(DeviceError::CdiSpec {
-                            path,
-                            reason: format!("{e:#}"),
-                        });
+                        reg.errors.push(e);
                         continue;
                     }
                 };
-                for dev in spec.devices.values() {
-                    let name = dev.get_qualified_name();
-                    let here = spec.get_path();
+                let here = path.display().to_string();
+                for dev in &spec.devices {
+                    let name = format!("{}={}", spec.kind, dev.name);
                     match reg.devices.get(&name) {
-                        Some((p, old)) if *p == priority => {
+                        Some(old) if old.priority == priority => {
                             reg.conflicts
                                 .entry(name.clone())
-                                .or_insert_with(|| vec![old.get_spec().get_path()])
-                                .push(here);
+                                .or_insert_with(|| vec![old.spec_path.clone()])
+                                .push(here.clone());
                         }
                         _ => {
                             reg.conflicts.remove(&name);
-                            reg.devices.insert(name, (priority, dev.clone()));
+                            let loaded = Loaded {
+                                priority,
+                                spec_path: here.clone(),
+                                spec_edits: spec.container_edits.clone(),
+                                device: dev.clone(),
+                            };
+                            reg.devices.insert(name, loaded);
                         }
                     }
                 }
@@ -125,7 +156,7 @@ impl CdiRegistry {
                         ),
                     });
                 }
-                let (_, dev) = self.devices.get(&name).ok_or_else(|| {
+                let dev = self.devices.get(&name).ok_or_else(|| {
                     let mut known = self.names().join(", ");
                     if known.is_empty() {
                         known = "none".into();
@@ -140,11 +171,10 @@ impl CdiRegistry {
                         dirs: self.dirs_text(),
                     }
                 })?;
-                let mut spec = dev.get_spec();
                 Ok(ResolvedCdi {
-                    spec_path: spec.get_path(),
-                    spec_edits: spec.edits(),
-                    device_edits: dev.edits(),
+                    spec_path: dev.spec_path.clone(),
+                    spec_edits: dev.spec_edits.clone(),
+                    device_edits: dev.device.container_edits.clone(),
                     name,
                 })
             })

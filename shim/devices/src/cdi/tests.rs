@@ -210,3 +210,129 @@ fn conversion_keeps_the_rest_of_the_spec() {
     }
     assert_eq!(before, after);
 }
+
+/// Loads one spec file and returns its load error (the registry keeps it for the asker).
+fn load_error(file: &str, body: &str) -> String {
+    let tmp = tempfile::tempdir().unwrap();
+    write(tmp.path(), file, body);
+    let reg = CdiRegistry::load(&[tmp.path().to_path_buf()]);
+    assert_eq!(
+        reg.errors.len(),
+        1,
+        "{file} must not load: {:?}",
+        reg.names()
+    );
+    let msg = reg.errors[0].to_string();
+    assert!(msg.contains(file), "the error names the file: {msg}");
+    msg
+}
+
+#[test]
+fn invalid_specs_name_the_file_and_the_field() {
+    let dev = r#""devices":[{"name":"z","containerEdits":{"env":["Z=1"]}}]"#;
+    let cases: &[(&str, String, &[&str])] = &[
+        (
+            "version.json",
+            format!(r#"{{"cdiVersion":"0.9.9","kind":"x.io/y",{dev}}}"#),
+            &["cdiVersion", "0.9.9"],
+        ),
+        (
+            "old.json",
+            r#"{"cdiVersion":"0.4.0","kind":"x.io/y","devices":[{"name":"z","containerEdits":{"deviceNodes":[{"path":"/dev/z","hostPath":"/dev/null"}]}}]}"#.into(),
+            &["cdiVersion", "hostPath", "0.5.0"],
+        ),
+        (
+            "kind.json",
+            format!(r#"{{"cdiVersion":"0.6.0","kind":"x.io",{dev}}}"#),
+            &["kind", "x.io"],
+        ),
+        (
+            "nodevs.json",
+            r#"{"cdiVersion":"0.6.0","kind":"x.io/y","devices":[]}"#.into(),
+            &["devices", "no devices"],
+        ),
+        (
+            "dup.json",
+            r#"{"cdiVersion":"0.6.0","kind":"x.io/y","devices":[{"name":"z","containerEdits":{"env":["A=1"]}},{"name":"z","containerEdits":{"env":["B=1"]}}]}"#.into(),
+            &["devices[1].name", "twice"],
+        ),
+        (
+            "badname.json",
+            r#"{"cdiVersion":"0.6.0","kind":"x.io/y","devices":[{"name":"a b","containerEdits":{"env":["A=1"]}}]}"#.into(),
+            &["devices[0].name"],
+        ),
+        (
+            "env.json",
+            r#"{"cdiVersion":"0.6.0","kind":"x.io/y","devices":[{"name":"z","containerEdits":{"env":["=1"]}}]}"#.into(),
+            &["devices[0].containerEdits.env[0]"],
+        ),
+        (
+            "type.json",
+            r#"{"cdiVersion":"0.6.0","kind":"x.io/y","devices":[{"name":"z","containerEdits":{"deviceNodes":[{"path":"/dev/z","type":"x"}]}}]}"#.into(),
+            &["devices[0].containerEdits.deviceNodes[0].type"],
+        ),
+        (
+            "hook.json",
+            format!(r#"{{"cdiVersion":"0.6.0","kind":"x.io/y","containerEdits":{{"hooks":[{{"hookName":"later","path":"/x"}}]}},{dev}}}"#),
+            &["containerEdits.hooks[0].hookName", "later"],
+        ),
+        (
+            "mount.json",
+            r#"{"cdiVersion":"0.6.0","kind":"x.io/y","devices":[{"name":"z","containerEdits":{"mounts":[{"hostPath":"","containerPath":"/x"}]}}]}"#.into(),
+            &["devices[0].containerEdits.mounts[0].hostPath"],
+        ),
+        (
+            "empty.json",
+            r#"{"cdiVersion":"0.6.0","kind":"x.io/y","devices":[{"name":"z","containerEdits":{}}]}"#.into(),
+            &["devices[0].containerEdits", "empty"],
+        ),
+        (
+            "rdt.json",
+            r#"{"cdiVersion":"0.7.0","kind":"x.io/y","devices":[{"name":"z","containerEdits":{"intelRdt":{"closID":"a"}}}]}"#.into(),
+            &["intelRdt", "not supported by rund"],
+        ),
+        (
+            "typo.yaml",
+            "cdiVersion: \"0.6.0\"\nkind: x.io/y\ndevices:\n  - name: z\n    containerEdits:\n      deviceNode: []\n".into(),
+            &["devices[0].containerEdits", "unknown field `deviceNode`"],
+        ),
+        (
+            "missing.yaml",
+            "cdiVersion: \"0.6.0\"\nkind: x.io/y\ndevices:\n  - containerEdits:\n      env: [A=1]\n".into(),
+            &["devices[0]", "missing field `name`"],
+        ),
+    ];
+    for (file, body, needles) in cases {
+        let msg = load_error(file, body);
+        for n in *needles {
+            assert!(msg.contains(n), "{file}: {n:?} not in {msg}");
+        }
+    }
+}
+
+#[test]
+fn every_known_version_loads_and_additional_gids_apply() {
+    for v in VERSIONS {
+        let tmp = tempfile::tempdir().unwrap();
+        let body = format!(
+            r#"{{"cdiVersion":"{v}","kind":"x.io/y","devices":[{{"name":"z","containerEdits":{{"env":["Z=1"]}}}}]}}"#
+        );
+        write(tmp.path(), "v.json", &body);
+        let reg = CdiRegistry::load(&[tmp.path().to_path_buf()]);
+        assert!(reg.errors.is_empty(), "{v}: {:?}", reg.errors);
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let body = r#"{"cdiVersion":"0.7.0","kind":"x.io/y","devices":[{"name":"z","containerEdits":{"additionalGids":[0,44,44],"env":["PATH=/cdi"]}}]}"#;
+    write(tmp.path(), "g.json", body);
+    let reg = CdiRegistry::load(&[tmp.path().to_path_buf()]);
+    let r = reg.resolve(&[name("x.io/y=z")]).unwrap();
+    let mut s = spec();
+    apply_cdi(&mut s, &r).unwrap();
+    let p = s.process().as_ref().unwrap();
+    assert_eq!(p.user().additional_gids().clone(), Some(vec![44]));
+    assert_eq!(
+        p.env().clone().unwrap(),
+        ["PATH=/cdi"],
+        "same name replaced"
+    );
+}

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::devnode::DeviceNode;
 
-pub use scan::{discover_rdma, rdma_cm_node, rdma_for_netdev, roce_active_mtu};
+pub use scan::{discover_rdma, rdma_cm_node, rdma_for_netdev, read_gids, roce_active_mtu};
 
 /// One port of an RDMA device (`ports/<n>/`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -20,6 +20,9 @@ pub struct RdmaPort {
     pub link_layer: String,
     /// Netdevs from `gid_attrs/ndevs/*` (RoCE).
     pub gid_ndevs: Vec<String>,
+    /// The populated GID table entries (`gids/<i>`), RoCE ports especially.
+    #[serde(default)]
+    pub gids: Vec<RdmaGid>,
     /// Active MTU in bytes. sysfs has no IB MTU: known only for RoCE, derived from the netdev MTU.
     pub active_mtu: Option<u32>,
 }
@@ -29,6 +32,20 @@ impl RdmaPort {
     pub fn is_active(&self) -> bool {
         self.state == "ACTIVE"
     }
+}
+
+/// One entry of a port's GID table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RdmaGid {
+    pub index: u32,
+    /// As sysfs prints it, e.g. `0000:0000:0000:0000:0000:ffff:0a63:0001`.
+    pub gid: String,
+    /// `IB/RoCE v1` or `RoCE v2` (`gid_attrs/types/<i>`), if the kernel says.
+    pub gid_type: Option<String>,
+    /// The netdev of a RoCE GID (`gid_attrs/ndevs/<i>`).
+    pub ndev: Option<String>,
+    /// The IPv4 address of an IPv4-mapped GID (`::ffff:a.b.c.d`).
+    pub ipv4: Option<String>,
 }
 
 /// One RDMA device (`/sys/class/infiniband/<name>`).

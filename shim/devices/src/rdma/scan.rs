@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use super::{RdmaDevice, RdmaPort};
+use super::{RdmaDevice, RdmaGid, RdmaPort};
 use crate::config::DeviceConfig;
 use crate::devnode::{dev_numbers, DeviceNode};
 
@@ -97,6 +97,54 @@ fn char_node(cfg: &DeviceConfig, e: &CharEntry) -> Option<DeviceNode> {
     }
 }
 
+/// `::ffff:a.b.c.d` from sysfs's eight colon-separated groups.
+fn ipv4_of(gid: &str) -> Option<String> {
+    let g: Vec<u16> = gid
+        .split(':')
+        .map(|x| u16::from_str_radix(x, 16))
+        .collect::<Result<_, _>>()
+        .ok()?;
+    if g.len() != 8 || g[..5] != [0; 5] || g[5] != 0xffff {
+        return None;
+    }
+    let [a, b] = g[6].to_be_bytes();
+    let [c, d] = g[7].to_be_bytes();
+    Some(format!("{a}.{b}.{c}.{d}"))
+}
+
+/// The populated entries of a port's GID table (empty ones read as all zeros).
+pub fn read_gids(port_dir: &Path) -> Vec<RdmaGid> {
+    let mut idx: Vec<u32> = list_dir(&port_dir.join("gids"))
+        .iter()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    idx.sort_unstable();
+    idx.into_iter()
+        .filter_map(|index| {
+            let gid = read_trim(&port_dir.join("gids").join(index.to_string()))?;
+            if gid.chars().all(|c| c == '0' || c == ':') {
+                return None;
+            }
+            let attr = |kind: &str| {
+                read_trim(
+                    &port_dir
+                        .join("gid_attrs")
+                        .join(kind)
+                        .join(index.to_string()),
+                )
+                .filter(|s| !s.is_empty())
+            };
+            Some(RdmaGid {
+                index,
+                ipv4: ipv4_of(&gid),
+                gid,
+                gid_type: attr("types"),
+                ndev: attr("ndevs"),
+            })
+        })
+        .collect()
+}
+
 fn read_port(cfg: &DeviceConfig, dir: &Path, number: u32) -> RdmaPort {
     let state = read_trim(&dir.join("state")).unwrap_or_default();
     // "4: ACTIVE" → "ACTIVE".
@@ -128,6 +176,7 @@ fn read_port(cfg: &DeviceConfig, dir: &Path, number: u32) -> RdmaPort {
         rate: read_trim(&dir.join("rate")).unwrap_or_default(),
         link_layer,
         gid_ndevs,
+        gids: read_gids(dir),
         active_mtu,
     }
 }

@@ -1,7 +1,6 @@
 //! Fully-qualified CDI device names: `vendor.com/class=name`.
 //!
-//! The crate's own parser is `pub(crate)`, so the CDI spec's naming rules are restated here,
-//! with the reason of a rejection kept for the error message.
+//! The CDI spec's naming rules, with the reason of a rejection kept for the error message.
 
 use serde::{Deserialize, Serialize};
 
@@ -39,18 +38,32 @@ fn check(what: &str, s: &str, extra: &[char], letter_first: bool) -> Result<(), 
     Ok(())
 }
 
+/// Checks a spec's `kind` (`vendor/class`); returns (vendor, class).
+pub(crate) fn parse_kind(kind: &str) -> Result<(&str, &str), String> {
+    let (vendor, class) = kind
+        .split_once('/')
+        .ok_or("expected vendor/class (no '/')")?;
+    check("vendor", vendor, &['.', '-', '_'], true)?;
+    check("class", class, &['-', '_'], true)?;
+    Ok((vendor, class))
+}
+
+/// Checks an unqualified device name.
+pub(crate) fn check_device_name(name: &str) -> Result<(), String> {
+    check("device name", name, &['.', '-', '_', ':'], false)
+}
+
 impl CdiName {
     /// Parses and validates a fully-qualified name; the error says what is wrong.
     pub fn parse(s: &str) -> Result<CdiName, String> {
         let (kind, name) = s
             .split_once('=')
             .ok_or("expected vendor/class=name (no '=')")?;
-        let (vendor, class) = kind
-            .split_once('/')
-            .ok_or("expected vendor/class=name (no '/' in the kind)")?;
-        check("vendor", vendor, &['.', '-', '_'], true)?;
-        check("class", class, &['-', '_'], true)?;
-        check("device name", name, &['.', '-', '_', ':'], false)?;
+        if !kind.contains('/') {
+            return Err("expected vendor/class=name (no '/' in the kind)".into());
+        }
+        let (vendor, class) = parse_kind(kind)?;
+        check_device_name(name)?;
         Ok(CdiName {
             vendor: vendor.into(),
             class: class.into(),

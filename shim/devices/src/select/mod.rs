@@ -10,6 +10,7 @@ use crate::error::{DeviceError, Result};
 use crate::gpu::DriverCapabilities;
 
 pub use cdi_name::CdiName;
+pub(crate) use cdi_name::{check_device_name, parse_kind};
 
 /// Annotation naming GPUs (same syntax as `NVIDIA_VISIBLE_DEVICES`; wins over the env).
 pub const GPUS_ANNOTATION: &str = "rund.io/gpus";

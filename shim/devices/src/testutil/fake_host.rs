@@ -162,6 +162,21 @@ impl FakeHost {
         if d.link_layer == "Ethernet" {
             write(&port.join("gid_attrs/ndevs/0"), &format!("{}\n", d.netdev))?;
             write(&port.join("gid_attrs/ndevs/1"), &format!("{}\n", d.netdev))?;
+            // fe80 RoCE v1, ::ffff:192.0.2.7 RoCE v2, and an empty entry.
+            write(
+                &port.join("gids/0"),
+                "fe80:0000:0000:0000:0200:00ff:fe00:0001\n",
+            )?;
+            write(
+                &port.join("gids/1"),
+                "0000:0000:0000:0000:0000:ffff:c000:0207\n",
+            )?;
+            write(
+                &port.join("gids/2"),
+                "0000:0000:0000:0000:0000:0000:0000:0000\n",
+            )?;
+            write(&port.join("gid_attrs/types/0"), "IB/RoCE v1\n")?;
+            write(&port.join("gid_attrs/types/1"), "RoCE v2\n")?;
         }
         link(
             &format!("../../{pci_rel}/infiniband/{}", d.name),

@@ -1,8 +1,7 @@
 //! Discovery, selection, injection and CDI against the fake host tree and the fake NVML.
-//! No GPU or RDMA hardware is involved: these are the honest doubles of the issue.
+//! No GPU or RDMA hardware is involved: fakes stand in for both.
 
 mod cdi;
-mod cli;
 mod gpu;
 mod inject;
 mod rdma;

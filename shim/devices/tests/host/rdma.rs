@@ -41,6 +41,27 @@ fn two_mlx5_devices_with_ports_nodes_and_netdevs() {
     assert_eq!(p.link_layer, "Ethernet");
     assert_eq!(p.gid_ndevs, ["eth1"]);
     assert_eq!(p.active_mtu, Some(4096), "RoCE MTU from netdev MTU 9000");
+    let gids: Vec<_> = p
+        .gids
+        .iter()
+        .map(|g| {
+            (
+                g.index,
+                g.gid_type.as_deref(),
+                g.ndev.as_deref(),
+                g.ipv4.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        gids,
+        [
+            (0, Some("IB/RoCE v1"), Some("eth1"), None),
+            (1, Some("RoCE v2"), Some("eth1"), Some("192.0.2.7")),
+        ],
+        "the empty entry 2 is left out"
+    );
+    assert!(d0.ports[0].gids.is_empty(), "no gids/ in the IB double");
     assert_eq!(d1.uverbs.as_ref().unwrap().minor, 193);
     assert_eq!(d1.netdevs, ["eth1"]);
 

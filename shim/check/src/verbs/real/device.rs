@@ -174,6 +174,7 @@ impl Verbs for RealDevice {
             active_mtu: Mtu(attr.active_mtu),
             link_layer: LinkLayer::from_raw(attr.link_layer),
             lid: attr.lid,
+            gid_tbl_len: u32::try_from(attr.gid_tbl_len).unwrap_or(0),
         })
     }
 
@@ -186,6 +187,17 @@ impl Verbs for RealDevice {
         }
         // SAFETY: every bit pattern of the union is a valid [u8; 16].
         Ok(unsafe { gid.raw })
+    }
+
+    fn query_gid_type(&mut self, port: u8, index: u32) -> Result<Option<GidType>, VerbsError> {
+        // What rdma-core's ibv_query_gid_type reads; an empty entry has no readable type.
+        let path = format!(
+            "/sys/class/infiniband/{}/ports/{port}/gid_attrs/types/{index}",
+            self.name
+        );
+        Ok(std::fs::read_to_string(path)
+            .ok()
+            .and_then(|t| GidType::parse(&t)))
     }
 
     fn alloc_pd(&mut self) -> Result<PdHandle, VerbsError> {

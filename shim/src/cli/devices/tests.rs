@@ -1,7 +1,24 @@
-use rund_devices::testutil::FAKE_GPU_UUIDS;
-use rund_devices::{devices_json, devices_table, scan_for_bench, ScanStats};
+//! `rund devices` against the fake host tree and the fake NVML.
 
-use crate::{fake_nvml, host};
+use std::path::PathBuf;
+
+use rund_devices::testutil::{build_fake_nvml, FakeHost, FAKE_GPU_UUIDS};
+use tempfile::TempDir;
+
+use super::{devices_json, devices_table};
+
+fn host() -> (TempDir, FakeHost) {
+    let dir = tempfile::tempdir().unwrap();
+    let h = FakeHost::build(dir.path()).unwrap();
+    (dir, h)
+}
+
+fn fake_nvml(dir: &std::path::Path) -> Option<PathBuf> {
+    match build_fake_nvml(&dir.join("fake-nvml")) {
+        Ok(p) => Some(p),
+        Err(e) => rund_skip::skip!("cannot build fake NVML: {e}"),
+    }
+}
 
 #[test]
 fn listing_without_nvml_is_not_an_error() {
@@ -25,8 +42,10 @@ fn listing_without_nvml_is_not_an_error() {
 
 #[test]
 fn listing_with_fake_nvml() {
-    let Some(lib) = fake_nvml() else { return };
-    let (_t, h) = host();
+    let (t, h) = host();
+    let Some(lib) = fake_nvml(t.path()) else {
+        return;
+    };
     let cfg = h.config_with_nvml(&lib);
     let table = devices_table(&cfg);
     assert!(
@@ -36,20 +55,4 @@ fn listing_with_fake_nvml() {
     let j = devices_json(&cfg);
     assert_eq!(j["gpus"]["devices"][1]["minor"], 7);
     assert_eq!(j["gpus"]["driver_version"], "550.54.15");
-}
-
-#[test]
-fn bench_scan_counts_the_fake_tree() {
-    let (_t, h) = host();
-    let stats = scan_for_bench(&h.config());
-    assert_eq!(
-        stats,
-        ScanStats {
-            rdma_devices: 2,
-            rdma_nodes: 2 * 3 + 1,
-            gpu_control_nodes: 4,
-            // libcuda, libnvidia-ml, libnvidia-ptxjitcompiler (x2 names each) + 2 binaries
-            driver_files: 8,
-        }
-    );
 }

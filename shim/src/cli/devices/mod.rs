@@ -7,12 +7,18 @@ use rund_devices::DeviceConfig;
 
 use crate::cli::error::CliError;
 
+mod render;
+pub use render::{devices_json, devices_table};
+
+#[cfg(test)]
+mod tests;
+
 pub fn list(cfg: &DeviceConfig, as_json: bool, out: &mut dyn Write) -> Result<(), CliError> {
     if as_json {
-        let v = rund_devices::devices_json(cfg);
+        let v = devices_json(cfg);
         writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
     } else {
-        write!(out, "{}", rund_devices::devices_table(cfg))?;
+        write!(out, "{}", devices_table(cfg))?;
     }
     Ok(())
 }

@@ -1,11 +1,10 @@
-//! Entry points of `rund devices` and the bench hook.
+//! What `rund devices` prints: the discovered GPUs and RDMA devices, as JSON or a table.
 
 use serde_json::{json, Value};
 
-use crate::config::DeviceConfig;
-use crate::devnode::ProcDevices;
-use crate::gpu::{self, DriverCapabilities};
-use crate::rdma;
+use rund_devices::devnode::ProcDevices;
+use rund_devices::gpu::{self, DriverCapabilities};
+use rund_devices::{rdma, DeviceConfig};
 
 fn fmt_bytes(b: u64) -> String {
     format!("{} MiB", b >> 20)
@@ -103,27 +102,4 @@ pub fn devices_table(cfg: &DeviceConfig) -> String {
         None => out += "rdma_cm: absent\n",
     }
     out
-}
-
-/// Counts from one scan, so a bench can `black_box` them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ScanStats {
-    pub rdma_devices: usize,
-    pub rdma_nodes: usize,
-    pub gpu_control_nodes: usize,
-    pub driver_files: usize,
-}
-
-/// The host-side scan without NVML: sysfs RDMA walk, `/proc/devices`, driver files.
-pub fn scan_for_bench(cfg: &DeviceConfig) -> ScanStats {
-    let devs = rdma::discover_rdma(cfg);
-    let pd = ProcDevices::read(&cfg.proc_devices).unwrap_or_default();
-    let (ctl, _) = gpu::gpu_control_nodes(cfg, &pd);
-    ScanStats {
-        rdma_devices: devs.len(),
-        rdma_nodes: devs.iter().map(|d| d.nodes().count()).sum::<usize>()
-            + usize::from(rdma::rdma_cm_node(cfg).is_some()),
-        gpu_control_nodes: ctl.len(),
-        driver_files: gpu::driver_files(cfg, &DriverCapabilities::default()).len(),
-    }
 }

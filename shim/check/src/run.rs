@@ -1,4 +1,5 @@
-//! `rund check write-bw`: ib_write_bw's report for one device or all of them.
+//! What `rund check write-bw` runs: write_bw on one device or all of them, printed as
+//! ib_write_bw's report or as JSON. The command line itself lives in the `rund` binary.
 
 use std::io::Write;
 
@@ -12,59 +13,16 @@ use crate::error::CheckError;
 use crate::memlock::RlimitSource;
 use crate::verbs::{MemKind, VerbsProvider};
 
-/// Options, named as perftest's.
-#[derive(Debug, Clone, clap::Args)]
-pub struct WriteBwArgs {
-    /// RDMA device (e.g. mlx5_0), or `all`.
-    #[arg(long, short = 'd', default_value = "all")]
+/// One `write-bw` invocation.
+#[derive(Debug, Clone)]
+pub struct WriteBwRequest {
+    /// A device name, or `all`.
     pub device: String,
-    /// Message size in bytes (default 65536).
-    #[arg(short = 's', long = "size")]
-    pub size: Option<u64>,
-    /// Iterations (default 5000).
-    #[arg(short = 'n', long = "iters")]
-    pub iters: Option<u64>,
-    /// Run sizes from 2 B to 8 MiB.
-    #[arg(short = 'a', long = "all")]
-    pub all_sizes: bool,
-    /// Run for this many seconds instead of a number of iterations.
-    #[arg(short = 'D', long = "duration")]
-    pub duration: Option<u32>,
-    /// Fail unless BW average reaches this (MiB/s, or Gb/s with --report-gbits).
-    #[arg(long = "limit-bw", visible_alias = "limit_bw")]
-    pub limit_bw: Option<f64>,
-    /// Report Gb/s instead of MiB/s.
-    #[arg(long = "report-gbits", visible_alias = "report_gbits")]
-    pub report_gbits: bool,
-    /// Print JSON instead of the table.
-    #[arg(long)]
+    pub params: WriteBwParams,
+    /// JSON instead of perftest's table.
     pub json: bool,
-    /// Port of the device.
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
-    pub ib_port: u8,
-    /// GID index (RoCE).
-    #[arg(short = 'x', long = "gid-index", default_value_t = 0)]
-    pub gid_index: u32,
     /// Register CUDA memory of this GPU (needs the `cuda` feature).
-    #[arg(long = "use-cuda")]
     pub use_cuda: Option<i32>,
-}
-
-impl WriteBwArgs {
-    pub fn params(&self) -> WriteBwParams {
-        let d = WriteBwParams::default();
-        WriteBwParams {
-            size: self.size.unwrap_or(d.size),
-            iters: self.iters.unwrap_or(d.iters),
-            run_all: self.all_sizes,
-            duration: self.duration,
-            limit_bw: self.limit_bw,
-            report_gbits: self.report_gbits,
-            ib_port: self.ib_port,
-            gid_index: self.gid_index,
-            ..d
-        }
-    }
 }
 
 #[derive(Debug, Serialize)]
@@ -76,38 +34,36 @@ struct DeviceJson {
     passed: bool,
 }
 
-/// Entry point for `rund check write-bw` with the real backend. Returns the exit status.
+/// `req` on the real backend; the exit status.
 #[cfg(feature = "verbs")]
-pub fn cli_main(args: WriteBwArgs) -> i32 {
-    let out = std::io::stdout();
-    let err = std::io::stderr();
-    run_cli(
-        &args,
+pub fn run_real(req: &WriteBwRequest, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    run_report(
+        req,
         &crate::verbs::real::RealProvider,
         &crate::clock::MonotonicClock::new(),
         &crate::memlock::ProcRlimit,
-        &mut out.lock(),
-        &mut err.lock(),
+        out,
+        err,
     )
 }
 
 /// Without the verbs backend there is nothing to measure.
 #[cfg(not(feature = "verbs"))]
-pub fn cli_main(_args: WriteBwArgs) -> i32 {
-    eprintln!("rund-check was built without the verbs backend");
+pub fn run_real(_req: &WriteBwRequest, _out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let _ = writeln!(err, "rund-check was built without the verbs backend");
     1
 }
 
-/// The CLI over any backend (tests use the simulated one).
-pub fn run_cli<P: VerbsProvider, C: Clock>(
-    args: &WriteBwArgs,
+/// `req` over any backend (tests use the simulated one); the exit status.
+pub fn run_report<P: VerbsProvider, C: Clock>(
+    args: &WriteBwRequest,
     provider: &P,
     clock: &C,
     rlimit: &dyn RlimitSource,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> i32 {
-    let params = args.params();
+    let params = args.params.clone();
     let resolved = match params.resolve(SysInfo::detect()) {
         Ok(r) => r,
         Err(e) => {
