@@ -11,10 +11,38 @@ use oci_spec::runtime::{LinuxSeccomp, Process, Spec};
 use rund_proto::{ContainerOptions, NsSource};
 
 use super::fds::PassedFds;
-use super::sync::{close_others, raw, report, wait_go, ChildMsg};
+use super::sync::{close_others, raw, report, wait_go, ChildMsg, SyncError};
 use super::{ns, rootfs, stdio};
-use crate::process::exec::{self, Prepared};
-use crate::process::user;
+use crate::process::exec::{self, ExecError, Prepared};
+use crate::process::user::{self, OomScoreAdjError};
+
+/// Why a forked child could not get to its exec; reported on the sync channel.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error(
+        "the namespace plan joins a {0} namespace but no FdKind::Namespace({0:?}) fd was passed"
+    )]
+    NoNamespaceFd(String),
+    #[error(transparent)]
+    Namespace(#[from] ns::NsError),
+    #[error("sethostname {name:?}: {errno}")]
+    Hostname {
+        name: String,
+        errno: nix::errno::Errno,
+    },
+    #[error(transparent)]
+    Report(#[from] SyncError),
+    #[error(transparent)]
+    Stdio(#[from] stdio::StdioError),
+    #[error("the spec has no process")]
+    NoProcess,
+    #[error(transparent)]
+    OomScoreAdj(#[from] OomScoreAdjError),
+    #[error(transparent)]
+    Rootfs(#[from] rootfs::RootfsError),
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+}
 
 pub struct InitArgs {
     pub id: String,
@@ -76,7 +104,7 @@ fn nondumpable() {
 /// The container init, right after clone3.
 pub fn init_main(mut a: InitArgs) -> ! {
     nondumpable();
-    crate::sys::raw::reset_signals();
+    rund_sys::process::reset_signals();
     let mut keep = a.fds.raw();
     keep.push(raw(&a.sync));
     keep.extend(a.init_bin.as_ref().map(raw));
@@ -92,22 +120,33 @@ pub fn init_main(mut a: InitArgs) -> ! {
     die(&format!("container {}: {e}", a.id))
 }
 
-fn init_setup(a: &mut InitArgs) -> Result<Prepared, String> {
+fn init_setup(a: &mut InitArgs) -> Result<Prepared, SetupError> {
     let plan = a.opts.namespaces.clone().unwrap_or_default();
     if plan.source("pid") == NsSource::NS_FD {
-        let fd = a.fds.namespaces.get("pid").ok_or("the namespace plan joins a pid namespace but no FdKind::Namespace(\"pid\") fd was passed")?;
+        let fd = a
+            .fds
+            .namespaces
+            .get("pid")
+            .ok_or_else(|| SetupError::NoNamespaceFd("pid".into()))?;
         ns::join("pid", fd)?;
         ns::fork_into_pid_ns(&a.sync)?;
     }
     for name in ["net", "ipc", "uts", "cgroup"] {
         if plan.source(name) == NsSource::NS_FD {
-            let fd = a.fds.namespaces.get(name).ok_or_else(|| format!("the namespace plan joins a {name} namespace but no FdKind::Namespace({name:?}) fd was passed"))?;
+            let fd = a
+                .fds
+                .namespaces
+                .get(name)
+                .ok_or_else(|| SetupError::NoNamespaceFd(name.into()))?;
             ns::join(name, fd)?;
         }
     }
     if let Some(h) = a.spec.hostname() {
         if plan.source("uts") == NsSource::NS_NEW {
-            nix::unistd::sethostname(h).map_err(|e| format!("sethostname {h:?}: {e}"))?;
+            nix::unistd::sethostname(h).map_err(|errno| SetupError::Hostname {
+                name: h.clone(),
+                errno,
+            })?;
         }
     }
     let shared: Vec<&str> = rund_proto::PLANNED_NAMESPACES
@@ -116,7 +155,7 @@ fn init_setup(a: &mut InitArgs) -> Result<Prepared, String> {
         .collect();
     super::sync::report_namespaces(a.sync.as_fd(), &shared)?;
     stdio::setup(&mut a.fds)?;
-    let process = a.spec.process().clone().ok_or("the spec has no process")?;
+    let process = a.spec.process().clone().ok_or(SetupError::NoProcess)?;
     if let Some(v) = process.oom_score_adj() {
         user::oom_score_adj(v)?;
     }
@@ -126,9 +165,8 @@ fn init_setup(a: &mut InitArgs) -> Result<Prepared, String> {
         if pause {
             report_and_wait(sync, ChildMsg::Paused);
         }
-        Ok(())
     };
-    rootfs::build(&a.spec, &a.opts, &a.fds, &mut before_pivot).map_err(|e| e.to_string())?;
+    rootfs::build(&a.spec, &a.opts, &a.fds, &mut before_pivot)?;
     let start_hooks = a
         .spec
         .hooks()
@@ -136,16 +174,16 @@ fn init_setup(a: &mut InitArgs) -> Result<Prepared, String> {
         .and_then(|h| h.start_container().clone())
         .unwrap_or_default();
     let seccomp = a.spec.linux().as_ref().and_then(|l| l.seccomp().as_ref());
-    let mut p = exec::prepare(&process, seccomp, start_hooks).map_err(|e| e.to_string())?;
+    let mut p = exec::prepare(&process, seccomp, start_hooks)?;
     p.init = a.init_bin.take().map(|fd| (fd, a.terminal));
-    exec::finalize(&mut p).map_err(|e| e.to_string())?;
+    exec::finalize(&mut p)?;
     Ok(p)
 }
 
 /// An exec process, right after fork.
 pub fn exec_main(mut a: ExecArgs) -> ! {
     nondumpable();
-    crate::sys::raw::reset_signals();
+    rund_sys::process::reset_signals();
     let mut keep = a.fds.raw();
     keep.push(raw(&a.sync));
     keep.extend(a.ns.iter().map(|(_, f)| raw(f)));
@@ -164,7 +202,7 @@ pub fn exec_main(mut a: ExecArgs) -> ! {
     die(&format!("exec {} in container {}: {e}", a.exec_id, a.id))
 }
 
-fn exec_setup(a: &mut ExecArgs) -> Result<Prepared, String> {
+fn exec_setup(a: &mut ExecArgs) -> Result<Prepared, SetupError> {
     // Stdio first: /dev/null is the agent's, gone once the mnt ns is joined.
     let console = a.fds.console.is_some();
     stdio::setup_console_fds(&mut a.fds)?;
@@ -186,9 +224,8 @@ fn exec_setup(a: &mut ExecArgs) -> Result<Prepared, String> {
         user::oom_score_adj(v)?;
     }
     // startContainer hooks are a container-level step: execs run none.
-    let mut p =
-        exec::prepare(&a.process, a.seccomp.as_ref(), Vec::new()).map_err(|e| e.to_string())?;
-    exec::finalize(&mut p).map_err(|e| e.to_string())?;
+    let mut p = exec::prepare(&a.process, a.seccomp.as_ref(), Vec::new())?;
+    exec::finalize(&mut p)?;
     Ok(p)
 }
 

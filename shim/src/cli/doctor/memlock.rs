@@ -6,7 +6,7 @@ use std::fmt;
 use serde::Serialize;
 
 use crate::config::MemlockConfig;
-use crate::rlimit::memlock as shim_memlock;
+use crate::rlimit::memlock::{self as shim_memlock, OnFailure};
 use crate::rlimit::RlimitError;
 
 /// An rlimit value; `Unlimited` is RLIM_INFINITY and compares above any byte count.
@@ -66,24 +66,6 @@ impl Serialize for Limit {
     }
 }
 
-/// `memlock.on_failure`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum OnFailure {
-    Error,
-    ClampWithWarning,
-}
-
-impl OnFailure {
-    /// Parsed exactly as the shim parses it.
-    pub fn parse(s: &str) -> Result<OnFailure, String> {
-        match shim_memlock::OnFailure::parse(s).map_err(|e| e.to_string())? {
-            shim_memlock::OnFailure::Error => Ok(OnFailure::Error),
-            shim_memlock::OnFailure::ClampWithWarning => Ok(OnFailure::ClampWithWarning),
-        }
-    }
-}
-
 /// The `[memlock]` section, validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct MemlockPolicy {
@@ -95,7 +77,7 @@ impl MemlockPolicy {
     pub fn from_config(c: &MemlockConfig) -> Result<Self, String> {
         Ok(MemlockPolicy {
             rdma_default: Limit::parse(&c.rdma_default)?,
-            on_failure: OnFailure::parse(&c.on_failure)?,
+            on_failure: OnFailure::parse(&c.on_failure).map_err(|e| e.to_string())?,
         })
     }
 }
