@@ -3,6 +3,7 @@
 
 pub mod bootstrap;
 pub mod delete;
+pub mod error;
 pub mod logging;
 pub mod record;
 pub mod serve;
@@ -30,7 +31,7 @@ pub fn main() -> i32 {
         "start" => start::run(&flags),
         "delete" => delete::run(&flags),
         "" => serve::run(flags),
-        other => Err(format!("unknown action {other:?}")),
+        other => Err(error::EntryError::UnknownAction(other.to_string())),
     };
     match result {
         Ok(()) => 0,

@@ -27,10 +27,8 @@ impl Limit {
     }
 
     /// `memlock.rdma_default`, parsed exactly as the shim parses it.
-    pub fn parse(s: &str) -> Result<Limit, String> {
-        shim_memlock::parse_limit("memlock.rdma_default", s)
-            .map(Limit::from_raw)
-            .map_err(|e| e.to_string())
+    pub fn parse(s: &str) -> Result<Limit, RlimitError> {
+        shim_memlock::parse_limit("memlock.rdma_default", s).map(Limit::from_raw)
     }
 
     /// As `rlimit::set` prints it in its errors (raw bytes or "unlimited").
@@ -74,10 +72,10 @@ pub struct MemlockPolicy {
 }
 
 impl MemlockPolicy {
-    pub fn from_config(c: &MemlockConfig) -> Result<Self, String> {
+    pub fn from_config(c: &MemlockConfig) -> Result<Self, RlimitError> {
         Ok(MemlockPolicy {
             rdma_default: Limit::parse(&c.rdma_default)?,
-            on_failure: OnFailure::parse(&c.on_failure).map_err(|e| e.to_string())?,
+            on_failure: OnFailure::parse(&c.on_failure)?,
         })
     }
 }
@@ -243,6 +241,7 @@ mod tests {
                 on_failure: f.into(),
             })
             .unwrap_err()
+            .to_string()
         };
         assert!(bad("lots", "error").contains("rdma_default"));
         assert!(bad("-1", "error").contains("rdma_default"));
