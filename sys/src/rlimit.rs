@@ -81,15 +81,17 @@ mod tests {
 
     #[test]
     fn lowers_a_childs_limit_and_reads_it_back() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
+        // `cat` lives until its stdin closes.
+        let stdin = std::process::Stdio::piped();
+        let mut cat = std::process::Command::new("cat")
+            .stdin(stdin)
             .spawn()
             .unwrap();
-        let pid = child.id() as i32;
+        let pid = cat.id() as i32;
         prlimit(pid, libc::RLIMIT_NOFILE, Some((64, 128))).unwrap();
         assert_eq!(prlimit(pid, libc::RLIMIT_NOFILE, None).unwrap(), (64, 128));
-        child.kill().unwrap();
-        child.wait().unwrap();
+        drop(cat.stdin.take());
+        cat.wait().unwrap();
         assert_eq!(prlimit(pid, libc::RLIMIT_NOFILE, None), Err(Errno::ESRCH));
     }
 }

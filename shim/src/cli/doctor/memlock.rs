@@ -33,10 +33,10 @@ impl Limit {
 
     /// As `rlimit::set` prints it in its errors (raw bytes or "unlimited").
     fn raw(self) -> String {
-        match self {
-            Limit::Unlimited => "unlimited".into(),
-            Limit::Bytes(b) => b.to_string(),
-        }
+        rund_sys::rlimit::show(match self {
+            Limit::Unlimited => libc::RLIM_INFINITY,
+            Limit::Bytes(b) => b,
+        })
     }
 }
 
