@@ -135,8 +135,10 @@ mod tests {
 
     #[test]
     fn pidfd_signals_its_child_and_not_a_reaped_one() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
+        // `cat` lives until its stdin closes, or the signal.
+        let stdin = std::process::Stdio::piped();
+        let mut child = std::process::Command::new("cat")
+            .stdin(stdin)
             .spawn()
             .unwrap();
         let fd = pidfd_open(child.id() as i32).unwrap();
