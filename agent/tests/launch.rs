@@ -2,7 +2,7 @@
 //! drives containers through the ttrpc API with a busybox rootfs.
 
 use std::io::Read;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
@@ -41,14 +41,7 @@ fn busybox_rootfs(dir: &Path) {
 }
 
 fn open_tree(path: &Path) -> OwnedFd {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-    // OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE
-    let flags = 1u32 | libc::O_CLOEXEC as u32 | libc::AT_RECURSIVE as u32;
-    // SAFETY: valid path; returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, c.as_ptr(), flags) };
-    assert!(fd >= 0, "open_tree: {}", std::io::Error::last_os_error());
-    // SAFETY: the kernel just created this fd.
-    unsafe { OwnedFd::from_raw_fd(fd as i32) }
+    rund_sys::mount::clone_path(path, true).expect("open_tree")
 }
 
 fn spec(args: &[&str]) -> Vec<u8> {

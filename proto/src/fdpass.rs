@@ -43,7 +43,8 @@ pub enum FdKind {
     Console,
     /// A detached mount tree (open_tree) of the container's rootfs.
     Rootfs,
-    /// A detached mount tree for `spec.mounts[i]` (a bind mount source).
+    /// A detached mount tree for `spec.mounts[i]`: exactly the mounts
+    /// `rund_sys::mount::is_bind` calls bind mounts.
     Mount(usize),
     /// An nsfs fd to join: "net", "ipc", "uts", "pid" or "cgroup".
     Namespace(String),
@@ -59,16 +60,6 @@ pub struct FdHeader {
     /// The batch number the request names (`fd_seq`); 0 is the launch batch.
     pub seq: u64,
     pub fds: Vec<FdKind>,
-}
-
-/// Whether an OCI mount is a bind mount: the shim passes exactly these as
-/// `FdKind::Mount(i)` trees, and the agent attaches exactly these from fds.
-pub fn is_bind_mount(typ: Option<&str>, options: Option<&[String]>) -> bool {
-    typ == Some("bind")
-        || options
-            .unwrap_or_default()
-            .iter()
-            .any(|o| o == "bind" || o == "rbind")
 }
 
 /// Sends `header` with `fds` (same order as `header.fds`).

@@ -31,6 +31,8 @@ pub enum ShimError {
     #[error(transparent)]
     Cgroup(#[from] crate::cgroups::CgroupError),
     #[error(transparent)]
+    Metrics(#[from] crate::cgroups::metrics::MetricsError),
+    #[error(transparent)]
     Rlimit(#[from] crate::rlimit::RlimitError),
     #[error(transparent)]
     Devices(#[from] rund_devices::DeviceError),
@@ -58,7 +60,8 @@ impl ShimError {
             ShimError::InvalidArgument(_) | ShimError::Spec(_) | ShimError::Devices(_) => {
                 Code::INVALID_ARGUMENT
             }
-            ShimError::Config(_) => Code::INVALID_ARGUMENT,
+            // A broken node config is the node's fault, not the request's.
+            ShimError::Config(_) => Code::FAILED_PRECONDITION,
             ShimError::Gate(_) | ShimError::Hook(_) => Code::FAILED_PRECONDITION,
             ShimError::Policy(_) => Code::PERMISSION_DENIED,
             ShimError::Userns(e) if e.is_refused() => Code::PERMISSION_DENIED,

@@ -12,10 +12,40 @@ use oci_spec::runtime::{LinuxSeccomp, Process, Spec};
 use rund_proto::{ContainerOptions, NsSource};
 
 use super::fds::PassedFds;
-use super::sync::{close_others, raw, report, wait_go, ChildMsg};
+use super::sync::{close_others, raw, report, wait_go, ChildMsg, SyncError};
 use super::{ns, rootfs, stdio};
-use crate::process::exec::{self, Prepared};
-use crate::process::user;
+use crate::process::exec::{self, ExecError, Prepared};
+use crate::process::user::{self, OomScoreAdjError};
+
+/// Why a forked child could not get to its exec; reported on the sync channel.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error(
+        "the namespace plan joins a {0} namespace but no FdKind::Namespace({0:?}) fd was passed"
+    )]
+    NoNamespaceFd(String),
+    #[error(transparent)]
+    Namespace(#[from] ns::NsError),
+    #[error("sethostname {name:?}: {errno}")]
+    Hostname {
+        name: String,
+        errno: nix::errno::Errno,
+    },
+    #[error(transparent)]
+    Report(#[from] SyncError),
+    #[error(transparent)]
+    Stdio(#[from] stdio::StdioError),
+    #[error("the spec has no process")]
+    NoProcess,
+    #[error("create cwd {path}: {source}", path = .0.display(), source = .1)]
+    Cwd(std::path::PathBuf, std::io::Error),
+    #[error(transparent)]
+    OomScoreAdj(#[from] OomScoreAdjError),
+    #[error(transparent)]
+    Rootfs(#[from] rootfs::RootfsError),
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+}
 
 pub struct InitArgs {
     pub id: String,
@@ -77,7 +107,7 @@ fn nondumpable() {
 /// The container init, right after clone3.
 pub fn init_main(mut a: InitArgs) -> ! {
     nondumpable();
-    crate::sys::raw::reset_signals();
+    rund_sys::process::reset_signals();
     let mut keep = a.fds.raw();
     keep.push(raw(&a.sync));
     keep.extend(a.init_bin.as_ref().map(raw));
@@ -93,22 +123,33 @@ pub fn init_main(mut a: InitArgs) -> ! {
     die(&format!("container {}: {e}", a.id))
 }
 
-fn init_setup(a: &mut InitArgs) -> Result<Prepared, String> {
+fn init_setup(a: &mut InitArgs) -> Result<Prepared, SetupError> {
     let plan = a.opts.namespaces.clone().unwrap_or_default();
     if plan.source("pid") == NsSource::NS_FD {
-        let fd = a.fds.namespaces.get("pid").ok_or("the namespace plan joins a pid namespace but no FdKind::Namespace(\"pid\") fd was passed")?;
+        let fd = a
+            .fds
+            .namespaces
+            .get("pid")
+            .ok_or_else(|| SetupError::NoNamespaceFd("pid".into()))?;
         ns::join("pid", fd)?;
         ns::fork_into_pid_ns(&a.sync)?;
     }
     for name in ["net", "ipc", "uts", "cgroup"] {
         if plan.source(name) == NsSource::NS_FD {
-            let fd = a.fds.namespaces.get(name).ok_or_else(|| format!("the namespace plan joins a {name} namespace but no FdKind::Namespace({name:?}) fd was passed"))?;
+            let fd = a
+                .fds
+                .namespaces
+                .get(name)
+                .ok_or_else(|| SetupError::NoNamespaceFd(name.into()))?;
             ns::join(name, fd)?;
         }
     }
     if let Some(h) = a.spec.hostname() {
         if plan.source("uts") == NsSource::NS_NEW {
-            nix::unistd::sethostname(h).map_err(|e| format!("sethostname {h:?}: {e}"))?;
+            nix::unistd::sethostname(h).map_err(|errno| SetupError::Hostname {
+                name: h.clone(),
+                errno,
+            })?;
         }
     }
     let shared: Vec<&str> = rund_proto::PLANNED_NAMESPACES
@@ -117,7 +158,7 @@ fn init_setup(a: &mut InitArgs) -> Result<Prepared, String> {
         .collect();
     super::sync::report_namespaces(a.sync.as_fd(), &shared)?;
     stdio::setup(&mut a.fds)?;
-    let process = a.spec.process().clone().ok_or("the spec has no process")?;
+    let process = a.spec.process().clone().ok_or(SetupError::NoProcess)?;
     if let Some(v) = process.oom_score_adj() {
         user::oom_score_adj(v)?;
     }
@@ -127,9 +168,8 @@ fn init_setup(a: &mut InitArgs) -> Result<Prepared, String> {
         if pause {
             report_and_wait(sync, ChildMsg::Paused);
         }
-        Ok(())
     };
-    rootfs::build(&a.spec, &a.opts, &a.fds, &mut before_pivot).map_err(|e| e.to_string())?;
+    rootfs::build(&a.spec, &a.opts, &a.fds, &mut before_pivot)?;
     let start_hooks = a
         .spec
         .hooks()
@@ -143,17 +183,17 @@ fn init_setup(a: &mut InitArgs) -> Result<Prepared, String> {
         .recursive(true)
         .mode(0o755)
         .create(process.cwd())
-        .map_err(|e| format!("create cwd {}: {e}", process.cwd().display()))?;
-    let mut p = exec::prepare(&process, seccomp, start_hooks).map_err(|e| e.to_string())?;
+        .map_err(|e| SetupError::Cwd(process.cwd().to_path_buf(), e))?;
+    let mut p = exec::prepare(&process, seccomp, start_hooks)?;
     p.init = a.init_bin.take().map(|fd| (fd, a.terminal));
-    exec::finalize(&mut p).map_err(|e| e.to_string())?;
+    exec::finalize(&mut p)?;
     Ok(p)
 }
 
 /// An exec process, right after fork.
 pub fn exec_main(mut a: ExecArgs) -> ! {
     nondumpable();
-    crate::sys::raw::reset_signals();
+    rund_sys::process::reset_signals();
     let mut keep = a.fds.raw();
     keep.push(raw(&a.sync));
     keep.extend(a.ns.iter().map(|(_, f)| raw(f)));
@@ -172,7 +212,7 @@ pub fn exec_main(mut a: ExecArgs) -> ! {
     die(&format!("exec {} in container {}: {e}", a.exec_id, a.id))
 }
 
-fn exec_setup(a: &mut ExecArgs) -> Result<Prepared, String> {
+fn exec_setup(a: &mut ExecArgs) -> Result<Prepared, SetupError> {
     // Stdio first: /dev/null is the agent's, gone once the mnt ns is joined.
     let console = a.fds.console.is_some();
     stdio::setup_console_fds(&mut a.fds)?;
@@ -194,9 +234,8 @@ fn exec_setup(a: &mut ExecArgs) -> Result<Prepared, String> {
         user::oom_score_adj(v)?;
     }
     // startContainer hooks are a container-level step: execs run none.
-    let mut p =
-        exec::prepare(&a.process, a.seccomp.as_ref(), Vec::new()).map_err(|e| e.to_string())?;
-    exec::finalize(&mut p).map_err(|e| e.to_string())?;
+    let mut p = exec::prepare(&a.process, a.seccomp.as_ref(), Vec::new())?;
+    exec::finalize(&mut p)?;
     Ok(p)
 }
 

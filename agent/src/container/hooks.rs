@@ -6,10 +6,25 @@ use std::ffi::CString;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{dup2_stdin, fork, pipe, ForkResult};
 use oci_spec::runtime::Hook;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    #[error("pipe: {0}")]
+    Pipe(Errno),
+    #[error("fork: {0}")]
+    Fork(Errno),
+    #[error("wait: {0}")]
+    Wait(Errno),
+    #[error("{path} failed: {status}")]
+    Failed { path: String, status: String },
+    #[error("{path} timed out after {secs}s")]
+    TimedOut { path: String, secs: i64 },
+}
 
 fn cstrs(v: &[String]) -> Vec<CString> {
     v.iter()
@@ -18,16 +33,16 @@ fn cstrs(v: &[String]) -> Vec<CString> {
 }
 
 /// Runs one hook with the state JSON on stdin, honouring its timeout.
-pub fn run(hook: &Hook, state: &str) -> Result<(), String> {
+pub fn run(hook: &Hook, state: &str) -> Result<(), HookError> {
     let mut args = hook.args().clone().unwrap_or_default();
     if args.is_empty() {
         args.push(hook.path().display().to_string());
     }
     let argv = cstrs(&args);
     let envp = cstrs(&hook.env().clone().unwrap_or_default());
-    let (r, w) = pipe().map_err(|e| format!("pipe: {e}"))?;
+    let (r, w) = pipe().map_err(HookError::Pipe)?;
     // SAFETY: this process is single-threaded; the child only dups fds and execs.
-    match unsafe { fork() }.map_err(|e| format!("fork: {e}"))? {
+    match unsafe { fork() }.map_err(HookError::Fork)? {
         ForkResult::Child => {
             drop(w);
             let _ = dup2_stdin(&r);
@@ -57,17 +72,21 @@ pub fn run(hook: &Hook, state: &str) -> Result<(), String> {
                 match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
                     Ok(WaitStatus::StillAlive) => {}
                     Ok(WaitStatus::Exited(_, 0)) => return Ok(()),
-                    Ok(ws) => return Err(format!("{} failed: {ws:?}", hook.path().display())),
-                    Err(e) => return Err(format!("wait: {e}")),
+                    Ok(ws) => {
+                        return Err(HookError::Failed {
+                            path: hook.path().display().to_string(),
+                            status: format!("{ws:?}"),
+                        })
+                    }
+                    Err(e) => return Err(HookError::Wait(e)),
                 }
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     let _ = kill(child, Signal::SIGKILL);
                     let _ = waitpid(child, None);
-                    return Err(format!(
-                        "{} timed out after {}s",
-                        hook.path().display(),
-                        hook.timeout().unwrap_or(0)
-                    ));
+                    return Err(HookError::TimedOut {
+                        path: hook.path().display().to_string(),
+                        secs: hook.timeout().unwrap_or(0),
+                    });
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }

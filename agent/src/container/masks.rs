@@ -10,8 +10,8 @@ use nix::mount::MsFlags;
 use nix::sys::stat::SFlag;
 
 use super::paths::Create;
-use crate::sys::raw::MOUNT_ATTR_RDONLY;
 use crate::sys::Syscall;
+use rund_sys::mount::MOUNT_ATTR_RDONLY;
 
 #[derive(Debug, thiserror::Error)]
 #[error("{what} {path}: {op}: {errno}")]

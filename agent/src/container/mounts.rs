@@ -127,7 +127,11 @@ pub fn plan(mounts: &[Mount], userns: bool) -> Result<Vec<Step>, MountError> {
             }
         }
         let typ = m.typ().clone().unwrap_or_default();
-        let (kind, point) = if opts.bind || typ == "bind" {
+        let bind = rund_sys::mount::is_bind(
+            m.typ().as_deref(),
+            m.options().as_deref().unwrap_or_default(),
+        );
+        let (kind, point) = if bind {
             (Kind::Bind, MountPoint::LikeSource)
         } else if typ.is_empty() || typ == "none" {
             return Err(MountError::NoType { index, dest: d() });

@@ -3,7 +3,7 @@
 
 use nix::mount::MsFlags;
 
-use crate::sys::raw::*;
+use rund_sys::mount::*;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountOptions {
@@ -13,9 +13,8 @@ pub struct MountOptions {
     pub propagation: Vec<MsFlags>,
     /// Filesystem-specific data ("mode=755,size=65536k").
     pub data: Vec<String>,
-    /// A bind mount ("bind" or "rbind").
-    pub bind: bool,
-    /// Recursive bind ("rbind").
+    /// Recursive bind ("rbind"). Whether a mount is a bind at all is
+    /// `rund_sys::mount::is_bind`, the rule the shim uses too.
     pub recursive: bool,
     /// mount_setattr bits to set / clear on the top mount only (binds come
     /// as fds; "ro" on a bind leaves its submounts alone, as in runc).
@@ -32,7 +31,6 @@ impl Default for MountOptions {
             flags: MsFlags::empty(),
             propagation: Vec::new(),
             data: Vec::new(),
-            bind: false,
             recursive: false,
             attr_set: 0,
             attr_clr: 0,
@@ -94,12 +92,8 @@ pub fn parse(options: &[String]) -> MountOptions {
                 MOUNT_ATTR_ATIME,
             ),
             "nostrictatime" => (MsFlags::empty(), MsFlags::MS_STRICTATIME, 0, 0),
-            "bind" => {
-                o.bind = true;
-                continue;
-            }
+            "bind" => continue,
             "rbind" => {
-                o.bind = true;
                 o.recursive = true;
                 continue;
             }
@@ -193,7 +187,6 @@ mod tests {
             MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC | MsFlags::MS_NODEV
         );
         assert_eq!(o.data_string().as_deref(), Some("mode=755,size=65536k"));
-        assert!(!o.bind);
     }
 
     #[test]
@@ -227,7 +220,7 @@ mod tests {
     #[test]
     fn bind_propagation_and_attrs() {
         let o = p(&["rbind", "ro", "nosuid", "rprivate"]);
-        assert!(o.bind && o.recursive);
+        assert!(o.recursive);
         assert_eq!(o.propagation, vec![MsFlags::MS_PRIVATE | MsFlags::MS_REC]);
         assert_eq!(o.attr_set, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID);
         assert!(o.data.is_empty());

@@ -13,7 +13,7 @@ use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::stat::{Mode, SFlag};
 
-use crate::sys::mountapi::{openat2, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS};
+use rund_sys::mount::{openat2, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS};
 
 /// What to do when the path (or a parent) does not exist.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

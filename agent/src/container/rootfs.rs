@@ -17,8 +17,8 @@ use super::fds::PassedFds;
 use super::mounter::MountCtx;
 use super::propagation::{PropagationError, RootPropagation};
 use super::{devices, masks, mounts, sysctl};
-use crate::sys::raw::{self, MOUNT_ATTR_RDONLY};
 use crate::sys::{Linux, Syscall};
+use rund_sys::mount::MOUNT_ATTR_RDONLY;
 
 /// The empty dir of the agent's root where a container rootfs is attached
 /// (each container has its own mount namespace, so one dir serves all).
@@ -45,8 +45,6 @@ pub enum RootfsError {
     SysctlKey(#[from] SysctlError),
     #[error(transparent)]
     Sysctl(#[from] sysctl::SysctlWriteError),
-    #[error("{0}")]
-    Hook(String),
 }
 
 fn sys(op: impl Into<String>) -> impl FnOnce(nix::errno::Errno) -> RootfsError {
@@ -61,7 +59,7 @@ pub fn build(
     spec: &Spec,
     opts: &ContainerOptions,
     fds: &PassedFds,
-    before_pivot: &mut dyn FnMut() -> Result<(), String>,
+    before_pivot: &mut dyn FnMut(),
 ) -> Result<(), RootfsError> {
     let linux = Linux;
     let lin = spec.linux().as_ref();
@@ -118,7 +116,7 @@ pub fn build(
         let nodes = devices::plan(lin.and_then(|l| l.devices().as_deref()).unwrap_or_default());
         devices::populate(&linux, root, &nodes, &fds.devices, opts.userns)?;
     }
-    before_pivot().map_err(RootfsError::Hook)?;
+    before_pivot();
     // The agent's own /proc/sys and /dev/null, opened while its root is
     // still reachable: a container's may be masked or fake.
     let proc_sys = (!sysctls.is_empty())
@@ -127,7 +125,7 @@ pub fn build(
     let dev_nulls = dev_nulls(&linux, masked.len())?;
 
     nix::unistd::fchdir(root).map_err(sys("chdir rootfs"))?;
-    raw::pivot_here().map_err(sys("pivot_root"))?;
+    rund_sys::process::pivot_here().map_err(sys("pivot_root"))?;
     let root = linux
         .open_path(Path::new("/"))
         .map_err(sys("open the new root"))?;

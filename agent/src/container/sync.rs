@@ -28,6 +28,17 @@ pub enum ChildMsg {
     },
 }
 
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error("open {path}: {source}")]
+    OpenNs {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("send namespaces: {0}")]
+    Send(rund_proto::fdpass::FdPassError),
+}
+
 /// Child side: report.
 pub fn report(sock: BorrowedFd<'_>, msg: &ChildMsg) {
     let _ = rund_proto::fdpass::send_msg(sock, msg, &[]);
@@ -40,18 +51,24 @@ pub const EXEC_NS: [&str; 6] = ["net", "ipc", "uts", "cgroup", "pid", "mnt"];
 /// Child side: sends its own namespaces, except those it shares with the
 /// agent (joining those is a no-op, and setns of one's own cgroup
 /// namespace can even be refused).
-pub fn report_namespaces(sock: BorrowedFd<'_>, shared_with_agent: &[&str]) -> Result<(), String> {
+pub fn report_namespaces(
+    sock: BorrowedFd<'_>,
+    shared_with_agent: &[&str],
+) -> Result<(), SyncError> {
     let mut names = Vec::new();
     let mut fds = Vec::new();
     for name in EXEC_NS.iter().filter(|n| !shared_with_agent.contains(n)) {
         let path = format!("/proc/self/ns/{name}");
-        let f = std::fs::File::open(&path).map_err(|e| format!("open {path}: {e}"))?;
+        let f = std::fs::File::open(&path).map_err(|source| SyncError::OpenNs {
+            path: path.clone(),
+            source,
+        })?;
         names.push(name.to_string());
         fds.push(std::os::fd::OwnedFd::from(f));
     }
     let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
     rund_proto::fdpass::send_msg(sock, &ChildMsg::Namespaces { names }, &borrowed)
-        .map_err(|e| format!("send namespaces: {e}"))
+        .map_err(SyncError::Send)
 }
 
 /// Child side: block until the agent sends a go byte (start, or resume

@@ -16,7 +16,7 @@ use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 use rund_proto::sysctl::{check, SysctlError, SysctlNamespaces};
 
-use crate::sys::mountapi::{
+use rund_sys::mount::{
     openat2, RESOLVE_BENEATH, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, RESOLVE_NO_XDEV,
 };
 

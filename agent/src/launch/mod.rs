@@ -26,6 +26,8 @@ pub enum LaunchError {
     },
     #[error("launch: {0}")]
     Bad(String),
+    #[error("launch: {0}")]
+    Sysctl(#[from] crate::container::sysctl::SysctlWriteError),
 }
 
 fn sys(op: impl Into<String>) -> impl FnOnce(nix::errno::Errno) -> LaunchError {
@@ -85,8 +87,7 @@ fn launch(sync: BorrowedFd<'_>) -> Result<(), LaunchError> {
     if cfg.userns {
         // Joined namespaces belong to the host's user namespace: the
         // sandbox's root will not be allowed to write their sysctls.
-        sysctl::write_where(&cfg.sysctls, false, |n| joined.iter().any(|j| j == n))
-            .map_err(LaunchError::Bad)?;
+        sysctl::write_where(&cfg.sysctls, false, |n| joined.iter().any(|j| j == n))?;
     }
     if cfg.userns {
         // A joined user namespace already has its maps: the shim checks them.
@@ -133,8 +134,7 @@ fn launch(sync: BorrowedFd<'_>) -> Result<(), LaunchError> {
     // of a namespace the host owns is refused (runc's rule).
     sysctl::write_where(&cfg.sysctls, cfg.userns, |n| {
         !(cfg.userns && joined.iter().any(|j| j == n))
-    })
-    .map_err(LaunchError::Bad)?;
+    })?;
     // SAFETY: the launcher is single-threaded and has started no runtime; the
     // child becomes the agent and builds its own runtime.
     match unsafe { fork() }.map_err(sys("fork the agent"))? {

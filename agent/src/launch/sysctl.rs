@@ -7,14 +7,14 @@
 
 use std::os::fd::AsFd;
 
-use crate::container::sysctl::{open_proc_sys, own_namespaces, write_sysctls};
+use crate::container::sysctl::{open_proc_sys, own_namespaces, write_sysctls, SysctlWriteError};
 
 /// Writes the sysctls for which `now(namespace)` says so.
 pub fn write_where(
     sysctls: &[(String, String)],
     userns: bool,
     now: impl Fn(&str) -> bool,
-) -> Result<(), String> {
+) -> Result<(), SysctlWriteError> {
     let these: Vec<(String, String)> = sysctls
         .iter()
         .filter(|(k, _)| rund_proto::sysctl::namespace_of(k).is_some_and(&now))
@@ -23,6 +23,6 @@ pub fn write_where(
     if these.is_empty() {
         return Ok(());
     }
-    let proc_sys = open_proc_sys().map_err(|e| e.to_string())?;
-    write_sysctls(proc_sys.as_fd(), &these, &own_namespaces(userns)).map_err(|e| e.to_string())
+    let proc_sys = open_proc_sys()?;
+    write_sysctls(proc_sys.as_fd(), &these, &own_namespaces(userns))
 }

@@ -41,7 +41,10 @@ pub enum ExecError {
     #[error(transparent)]
     User(#[from] user::UserError),
     #[error("startContainer hook {index}: {reason}")]
-    Hook { index: usize, reason: String },
+    Hook {
+        index: usize,
+        reason: crate::container::hooks::HookError,
+    },
     #[error("{op}: {errno}")]
     Sys { op: &'static str, errno: Errno },
     #[error("execve {path:?}: {errno}")]
@@ -234,7 +237,7 @@ pub fn launch(mut p: Prepared, state_json: &str) -> ExecError {
             argv.push(c"--".to_owned());
             argv.push(p.path.clone());
             argv.extend(p.args.iter().cloned());
-            crate::sys::raw::fexecve(std::os::fd::AsFd::as_fd(fd), &argv, &p.env)
+            rund_sys::process::fexecve(std::os::fd::AsFd::as_fd(fd), &argv, &p.env)
         }
     };
     ExecError::Exec {
@@ -251,7 +254,7 @@ fn execve(path: &CString, args: &[CString], env: &[CString]) -> Errno {
 }
 
 fn cloexec_from(first: u32) -> Result<(), ExecError> {
-    crate::sys::raw::cloexec_from(first).map_err(|errno| ExecError::Sys {
+    rund_sys::process::cloexec_from(first).map_err(|errno| ExecError::Sys {
         op: "close_range(CLOSE_RANGE_CLOEXEC)",
         errno,
     })

@@ -54,17 +54,25 @@ pub fn no_new_privs() -> Result<(), UserError> {
     })
 }
 
+#[derive(Debug, thiserror::Error)]
+#[error("failed to set oom_score_adj to {value} (/proc/self/oom_score_adj): {source}{}", oom_hint(.source))]
+pub struct OomScoreAdjError {
+    pub value: i32,
+    pub source: std::io::Error,
+}
+
+fn oom_hint(e: &std::io::Error) -> &'static str {
+    if matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM)) {
+        ": lowering oom_score_adj needs CAP_SYS_RESOURCE, which this node's runtime lacks; with CRI set \
+         `restrict_oom_score_adj = true` in containerd's config, under [plugins.\"io.containerd.grpc.v1.cri\"] \
+         (containerd 1.x) or [plugins.\"io.containerd.cri.v1.runtime\"] (2.x)"
+    } else {
+        ""
+    }
+}
+
 /// Writes /proc/self/oom_score_adj (inherited by children and across exec).
-pub fn oom_score_adj(value: i32) -> Result<(), String> {
-    std::fs::write("/proc/self/oom_score_adj", value.to_string()).map_err(|e| {
-        let mut m = format!("failed to set oom_score_adj to {value} (/proc/self/oom_score_adj): {e}");
-        if matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM)) {
-            m.push_str(
-                ": lowering oom_score_adj needs CAP_SYS_RESOURCE, which this node's runtime lacks; with CRI set \
-                 `restrict_oom_score_adj = true` in containerd's config, under [plugins.\"io.containerd.grpc.v1.cri\"] \
-                 (containerd 1.x) or [plugins.\"io.containerd.cri.v1.runtime\"] (2.x)",
-            );
-        }
-        m
-    })
+pub fn oom_score_adj(value: i32) -> Result<(), OomScoreAdjError> {
+    std::fs::write("/proc/self/oom_score_adj", value.to_string())
+        .map_err(|source| OomScoreAdjError { value, source })
 }

@@ -79,6 +79,6 @@ pub fn setup() -> Result<(), RootError> {
         op: "chdir new root".into(),
         errno: crate::sys::io_errno(err),
     })?;
-    crate::sys::raw::pivot_here().map_err(e("pivot_root"))?;
+    rund_sys::process::pivot_here().map_err(e("pivot_root"))?;
     Ok(())
 }

@@ -173,12 +173,26 @@ pub struct Reports {
     pub ns: Vec<(String, OwnedFd)>,
 }
 
+/// Why a forked child did not settle.
+#[derive(Debug, thiserror::Error)]
+pub enum SettleError {
+    #[error("namespace report: names and fds do not match")]
+    NamespaceMismatch,
+    /// The child's own report of what failed.
+    #[error("{0}")]
+    Child(String),
+    #[error("the process died during set-up without reporting why (see the sandbox log)")]
+    Died,
+    #[error(transparent)]
+    Channel(FdPassError),
+}
+
 /// Reads the child's reports until it is ready, paused or failed. With
 /// `expect_pid`, the intermediate's `Pid` report is awaited too.
 pub async fn await_settled(
     sock: &AsyncFd<OwnedFd>,
     expect_pid: bool,
-) -> Result<(Settled, Reports), String> {
+) -> Result<(Settled, Reports), SettleError> {
     let mut r = Reports::default();
     let mut settled = None;
     while settled.is_none() || (expect_pid && r.pid.is_none()) {
@@ -190,20 +204,13 @@ pub async fn await_settled(
             Ok(ChildMsg::Namespaces { names }) if names.len() == fds.len() => {
                 r.ns = names.into_iter().zip(fds).collect();
             }
-            Ok(ChildMsg::Namespaces { .. }) => {
-                return Err("namespace report: names and fds do not match".into())
-            }
+            Ok(ChildMsg::Namespaces { .. }) => return Err(SettleError::NamespaceMismatch),
             Ok(ChildMsg::Pid { pid: p }) => r.pid = Some(p),
             Ok(ChildMsg::Ready) => settled = Some(Settled::Ready),
             Ok(ChildMsg::Paused) => settled = Some(Settled::Paused),
-            Ok(ChildMsg::Error { message }) => return Err(message),
-            Err(FdPassError::Closed) => {
-                return Err(
-                    "the process died during set-up without reporting why (see the sandbox log)"
-                        .into(),
-                )
-            }
-            Err(e) => return Err(e.to_string()),
+            Ok(ChildMsg::Error { message }) => return Err(SettleError::Child(message)),
+            Err(FdPassError::Closed) => return Err(SettleError::Died),
+            Err(e) => return Err(SettleError::Channel(e)),
         }
     }
     Ok((settled.unwrap_or(Settled::Ready), r))

@@ -153,7 +153,7 @@ pub async fn resume(svc: &AgentService, id: &str) -> ttrpc::Result<()> {
     match await_settled(&sync, false).await {
         Ok((Settled::Ready, _)) => {}
         Ok((Settled::Paused, _)) => return Err(fail("paused twice".into())),
-        Err(message) => return Err(fail(message)),
+        Err(e) => return Err(fail(e.to_string())),
     }
     let mut st = svc.state();
     let c = st.containers.get_mut(id).ok_or_else(|| not_found(id, ""))?;

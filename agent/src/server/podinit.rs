@@ -11,7 +11,7 @@ use nix::unistd::Pid;
 
 use super::spawn::{internal, SpawnError};
 use super::AgentService;
-use crate::sys::raw::clone3;
+use rund_sys::process::clone3;
 
 /// The pod init: its pid and its pid namespace.
 pub struct PodPid {
@@ -53,11 +53,11 @@ pub fn ensure(svc: &AgentService) -> Result<OwnedFd, SpawnError> {
 fn pause_main(bin: OwnedFd) -> ! {
     // SAFETY: prctl(PR_SET_DUMPABLE, 0) only sets a flag on this process.
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
-    crate::sys::raw::reset_signals();
+    rund_sys::process::reset_signals();
     crate::container::sync::close_others(&[crate::container::sync::raw(&bin)]);
     let _ = nix::unistd::chdir("/");
     let argv = [c"rund-init".to_owned(), c"--pause".to_owned()];
-    let errno = crate::sys::raw::fexecve(bin.as_fd(), &argv, &[]);
+    let errno = rund_sys::process::fexecve(bin.as_fd(), &argv, &[]);
     crate::warn!("pod pid namespace: exec rund-init --pause: {errno}");
     // SAFETY: leave the forked child without running the agent's destructors.
     unsafe { libc::_exit(127) }

@@ -18,7 +18,7 @@ use super::state::{Container, Proc};
 use crate::container::child::{exec_main, init_main, ExecArgs, InitArgs};
 use crate::container::fds::PassedFds;
 use crate::reaper::{ExitRx, Reaper};
-use crate::sys::raw::{clone3, clone3_into};
+use rund_sys::process::{clone3, clone3_into};
 
 /// A failure, with the ttrpc code to answer.
 #[derive(Debug)]
@@ -122,11 +122,11 @@ pub async fn settle(
     }
     match res {
         Ok((settled, reports)) => Ok((child, settled, reports, sync.into_inner())),
-        Err(message) => {
+        Err(e) => {
             child.kill_and_wait().await;
             Err(SpawnError {
                 code: ttrpc::Code::FAILED_PRECONDITION,
-                message,
+                message: e.to_string(),
             })
         }
     }

@@ -135,8 +135,5 @@ fn tree(roots: &[i32], with_roots: bool) -> Vec<i32> {
 }
 
 fn ppid(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The comm field may hold spaces and parens: parse after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split(' ').nth(1)?.parse().ok()
+    rund_sys::procfs::stat(pid).map(|s| s.ppid)
 }

@@ -5,8 +5,6 @@
 
 #[cfg(test)]
 pub mod fake;
-pub mod mountapi;
-pub mod raw;
 
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::Path;
@@ -17,7 +15,7 @@ use nix::mount::MsFlags;
 use nix::sys::stat::{Mode, SFlag};
 
 use crate::container::paths::{self, Create};
-use raw::*;
+use rund_sys::mount as mountapi;
 
 /// Mount-namespace operations used while building a container's rootfs.
 pub trait Syscall {
@@ -76,28 +74,6 @@ pub trait Syscall {
 /// The real kernel.
 pub struct Linux;
 
-/// MOUNT_ATTR_* of the per-mount flags of mount(2).
-pub fn attrs_of(flags: MsFlags) -> u64 {
-    let mut a = 0;
-    for (f, bit) in [
-        (MsFlags::MS_RDONLY, MOUNT_ATTR_RDONLY),
-        (MsFlags::MS_NOSUID, MOUNT_ATTR_NOSUID),
-        (MsFlags::MS_NODEV, MOUNT_ATTR_NODEV),
-        (MsFlags::MS_NOEXEC, MOUNT_ATTR_NOEXEC),
-        (MsFlags::MS_NODIRATIME, MOUNT_ATTR_NODIRATIME),
-    ] {
-        if flags.contains(f) {
-            a |= bit;
-        }
-    }
-    if flags.contains(MsFlags::MS_NOATIME) {
-        a |= MOUNT_ATTR_NOATIME;
-    } else if flags.contains(MsFlags::MS_STRICTATIME) {
-        a |= MOUNT_ATTR_STRICTATIME;
-    }
-    a
-}
-
 impl Syscall for Linux {
     fn resolve(&self, root: BorrowedFd<'_>, path: &Path, create: Create) -> Result<OwnedFd, Errno> {
         paths::open_in_root(root, path, create)
@@ -119,7 +95,7 @@ impl Syscall for Linux {
         flags: MsFlags,
         data: Option<&str>,
     ) -> Result<OwnedFd, Errno> {
-        mountapi::fs_mount(fstype, source, flags, data, attrs_of(flags))
+        mountapi::fs_mount(fstype, source, flags, data, mountapi::attrs_of(flags))
     }
     fn clone_tree(&self, fd: BorrowedFd<'_>, recursive: bool) -> Result<OwnedFd, Errno> {
         mountapi::clone_tree(fd, recursive)

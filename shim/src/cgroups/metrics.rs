@@ -7,10 +7,14 @@ use containerd_shim_protos::protobuf::well_known_types::any::Any;
 use containerd_shim_protos::protobuf::Message;
 use rund_cgroup::Stats;
 
+#[derive(Debug, thiserror::Error)]
+#[error("encoding metrics: {0}")]
+pub struct MetricsError(containerd_shim_protos::protobuf::Error);
+
 pub const V1_TYPE_URL: &str = "io.containerd.cgroups.v1.Metrics";
 pub const V2_TYPE_URL: &str = "io.containerd.cgroups.v2.Metrics";
 
-pub fn to_any(s: &Stats) -> Result<Any, String> {
+pub fn to_any(s: &Stats) -> Result<Any, MetricsError> {
     let (type_url, value) = if s.v2 {
         (V2_TYPE_URL, to_v2(s).write_to_bytes())
     } else {
@@ -18,7 +22,7 @@ pub fn to_any(s: &Stats) -> Result<Any, String> {
     };
     Ok(Any {
         type_url: type_url.into(),
-        value: value.map_err(|e| e.to_string())?,
+        value: value.map_err(MetricsError)?,
         ..Default::default()
     })
 }

@@ -150,13 +150,13 @@ impl RundConfig {
     }
 
     pub fn parse(text: &str, path: &Path) -> Result<RundConfig, ConfigError> {
-        let malformed = |reason: String| ConfigError::Malformed {
+        let malformed = |reason: &dyn std::fmt::Display| ConfigError::Malformed {
             path: path.display().to_string(),
-            reason,
+            reason: reason.to_string(),
         };
-        let config: RundConfig = toml::from_str(text).map_err(|e| malformed(e.to_string()))?;
-        config.userns.validate().map_err(malformed)?;
-        config.policy.validate().map_err(malformed)?;
+        let config: RundConfig = toml::from_str(text).map_err(|e| malformed(&e))?;
+        config.userns.validate().map_err(|e| malformed(&e))?;
+        config.policy.validate().map_err(|e| malformed(&e))?;
         Ok(config)
     }
 

@@ -78,15 +78,19 @@ impl Default for UsernsConfig {
     }
 }
 
+/// A `[userns]` section serde accepts but rund does not.
+#[derive(Debug, thiserror::Error)]
+pub enum UsernsConfigError {
+    #[error("[userns] enabled was replaced by mode: write mode = \"{instead}\" instead of enabled = {on}")]
+    EnabledReplaced { on: bool, instead: &'static str },
+}
+
 impl UsernsConfig {
     /// Rejects what serde cannot: the replaced `enabled` key.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), UsernsConfigError> {
         if let Some(on) = self.enabled {
             let instead = if on { "always" } else { "requested" };
-            return Err(format!(
-                "[userns] enabled was replaced by mode: write mode = \"{instead}\" instead of \
-                 enabled = {on}"
-            ));
+            return Err(UsernsConfigError::EnabledReplaced { on, instead });
         }
         Ok(())
     }

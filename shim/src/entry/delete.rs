@@ -13,11 +13,12 @@ use containerd_shim_protos::api::DeleteResponse;
 use containerd_shim_protos::protobuf::Message;
 
 use crate::config::RundConfig;
+use crate::entry::error::EntryError;
 use crate::entry::record;
 use crate::task::events::{now_ns, timestamp_ns};
 
-pub fn run(flags: &Flags) -> Result<(), String> {
-    let bundle = std::env::current_dir().map_err(|e| format!("cwd: {e}"))?;
+pub fn run(flags: &Flags) -> Result<(), EntryError> {
+    let bundle = std::env::current_dir().map_err(EntryError::Cwd)?;
     if let Err(e) = crate::rootfs::cleanup(&bundle) {
         eprintln!("rund delete: {e}");
     }
@@ -48,10 +49,10 @@ pub fn run(flags: &Flags) -> Result<(), String> {
         exited_at: Some(timestamp_ns(now_ns())).into(),
         ..Default::default()
     };
-    let bytes = resp.write_to_bytes().map_err(|e| format!("encode: {e}"))?;
+    let bytes = resp.write_to_bytes().map_err(EntryError::Encode)?;
     std::io::stdout()
         .write_all(&bytes)
-        .map_err(|e| format!("write: {e}"))?;
+        .map_err(EntryError::Write)?;
     Ok(())
 }
 

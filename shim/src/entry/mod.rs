@@ -3,6 +3,7 @@
 
 pub mod bootstrap;
 pub mod delete;
+pub mod error;
 pub mod info;
 pub mod logging;
 pub mod record;
@@ -40,7 +41,7 @@ pub fn main() -> i32 {
         "start" => start::run(&flags),
         "delete" => delete::run(&flags),
         "" => serve::run(flags),
-        other => Err(format!("unknown action {other:?}")),
+        other => Err(error::EntryError::UnknownAction(other.to_string())),
     };
     match result {
         Ok(()) => 0,

@@ -5,6 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use rund_sys::procfs::start_time;
+
 const AGENT_FILE: &str = "rund-agent.pid";
 const CONFIG_FILE: &str = "rund-config-path";
 
@@ -40,12 +42,6 @@ pub fn kill_agent(bundle: &Path) {
         }
     }
     let _ = std::fs::remove_file(file);
-}
-
-/// Start time of a live (not zombie) process.
-fn start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    crate::userns::lease::owner::parse_stat(&stat)
 }
 
 /// Records the config path the runtime options name.

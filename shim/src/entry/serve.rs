@@ -11,6 +11,7 @@ use containerd_shim_protos::shim_async::create_task;
 use containerd_shim_protos::ttrpc::r#async::transport::Listener;
 use containerd_shim_protos::ttrpc::r#async::Server;
 
+use super::error::EntryError;
 use crate::config::RundConfig;
 use crate::task::events::Events;
 use crate::task::publish::Publisher;
@@ -21,13 +22,13 @@ const TASK_V3: &str = "containerd.task.v3.Task";
 /// How long an exiting shim waits for containerd to take its last events.
 const FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-pub fn run(flags: Flags) -> Result<(), String> {
+pub fn run(flags: Flags) -> Result<(), EntryError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(16)
         .enable_all()
         .build()
-        .map_err(|e| format!("tokio: {e}"))?;
+        .map_err(EntryError::Runtime)?;
     let r = rt.block_on(serve(flags));
     if let Err(e) = &r {
         // `start` reads our stdout until it closes: an error there is reported.
@@ -37,23 +38,19 @@ pub fn run(flags: Flags) -> Result<(), String> {
     r
 }
 
-async fn serve(flags: Flags) -> Result<(), String> {
+async fn serve(flags: Flags) -> Result<(), EntryError> {
     if flags.socket.is_empty() {
-        return Err("-socket is required".into());
+        return Err(EntryError::NoSocket);
     }
     super::logging::init(flags.debug);
     // SAFETY: ignoring SIGPIPE only changes this process's disposition.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
-    let config = RundConfig::load(None).map_err(|e| e.to_string())?;
+    let config = RundConfig::load(None)?;
     let ttrpc_address = std::env::var("TTRPC_ADDRESS").unwrap_or_default();
     let publisher = if ttrpc_address.is_empty() {
         None
     } else {
-        Some(
-            Publisher::connect(&ttrpc_address)
-                .await
-                .map_err(|e| format!("publisher: {e}"))?,
-        )
+        Some(Publisher::connect(&ttrpc_address).await?)
     };
     let exit = Arc::new(ExitSignal::default());
     let service = Arc::new(Service::new(
@@ -64,14 +61,14 @@ async fn serve(flags: Flags) -> Result<(), String> {
     ));
     let path = flags.socket.trim_start_matches("unix://").to_string();
     if let Some(dir) = Path::new(&path).parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(socket_err("mkdir", &dir.display().to_string()))?;
     }
     let _ = std::fs::remove_file(&path);
-    let listener = UnixListener::bind(&path).map_err(|e| format!("bind {path}: {e}"))?;
+    let listener = UnixListener::bind(&path).map_err(socket_err("bind", &path))?;
     // Only root (containerd) may drive the shim, as with runc's shim.
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| format!("chmod {path}: {e}"))?;
-    let listener = Listener::try_from(listener).map_err(|e| format!("listener: {e}"))?;
+        .map_err(socket_err("chmod", &path))?;
+    let listener = Listener::try_from(listener).map_err(EntryError::Listener)?;
 
     let task: Arc<dyn containerd_shim_protos::shim_async::Task + Send + Sync> =
         Arc::new(crate::task::TaskHandler(service.clone()));
@@ -83,10 +80,7 @@ async fn serve(flags: Flags) -> Result<(), String> {
         .add_listener(listener)
         .register_service(services)
         .register_service(crate::sandboxer::service(service.clone()));
-    server
-        .start()
-        .await
-        .map_err(|e| format!("ttrpc server: {e}"))?;
+    server.start().await.map_err(EntryError::Server)?;
     signal_started();
     let started_as = std::env::var(super::start::STARTED_AS_ENV).unwrap_or_default();
     tracing::info!(socket = %path, bootstrap = %started_as, "rund shim serving");
@@ -114,6 +108,17 @@ async fn serve(flags: Flags) -> Result<(), String> {
     let _ = server.shutdown().await;
     let _ = std::fs::remove_file(&path);
     Ok(())
+}
+
+fn socket_err<'a>(
+    op: &'static str,
+    path: &'a str,
+) -> impl FnOnce(std::io::Error) -> EntryError + 'a {
+    move |source| EntryError::Socket {
+        op,
+        path: path.to_string(),
+        source,
+    }
 }
 
 /// Closes our stdout (the pipe `start` waits on) by pointing it at stderr.

@@ -12,12 +12,13 @@ use std::process::{Command, Stdio};
 use containerd_shim::Flags;
 
 use super::bootstrap;
+use super::error::EntryError;
 
 /// Tells the server which reply `start` gave, for its log.
 pub const STARTED_AS_ENV: &str = "RUND_SHIM_STARTED_AS";
 
-pub fn run(flags: &Flags) -> Result<(), String> {
-    let bundle = std::env::current_dir().map_err(|e| format!("cwd: {e}"))?;
+pub fn run(flags: &Flags) -> Result<(), EntryError> {
+    let bundle = std::env::current_dir().map_err(EntryError::Cwd)?;
     let grouping = match crate::spec::load(&bundle) {
         Ok(spec) => crate::spec::grouping_id(&spec, &flags.id),
         Err(_) => flags.id.clone(), // Create reports a bad config.json properly.
@@ -36,7 +37,7 @@ pub fn run(flags: &Flags) -> Result<(), String> {
         print!("{}", reply.render(&address));
         return Ok(());
     }
-    let exe = std::env::current_exe().map_err(|e| format!("current exe: {e}"))?;
+    let exe = std::env::current_exe().map_err(EntryError::CurrentExe)?;
     let mut cmd = Command::new(exe);
     cmd.args([
         "-namespace",
@@ -70,7 +71,7 @@ pub fn run(flags: &Flags) -> Result<(), String> {
             Ok(())
         });
     }
-    let mut child = cmd.spawn().map_err(|e| format!("spawn shim server: {e}"))?;
+    let mut child = cmd.spawn().map_err(EntryError::Spawn)?;
     // The server closes its stdout once it listens (or on failure).
     let mut out = String::new();
     if let Some(mut so) = child.stdout.take() {
@@ -82,18 +83,21 @@ pub fn run(flags: &Flags) -> Result<(), String> {
         let status = child
             .wait()
             .map_or_else(|e| e.to_string(), |s| s.to_string());
-        return Err(format!("shim server failed ({status}): {}", out.trim()));
+        return Err(EntryError::ServerFailed {
+            status,
+            output: out.trim().to_string(),
+        });
     }
     write_address(&bundle, &address)?;
     std::io::stdout()
         .write_all(reply.render(&address).as_bytes())
         .and_then(|_| std::io::stdout().flush())
-        .map_err(|e| format!("write address: {e}"))?;
+        .map_err(EntryError::WriteAddress)?;
     Ok(())
 }
 
-fn write_address(bundle: &Path, address: &str) -> Result<(), String> {
-    std::fs::write(bundle.join("address"), address).map_err(|e| format!("write address file: {e}"))
+fn write_address(bundle: &Path, address: &str) -> Result<(), EntryError> {
+    std::fs::write(bundle.join("address"), address).map_err(EntryError::AddressFile)
 }
 
 /// `ConfigPath` of the runtime options containerd wrote on stdin, if any.

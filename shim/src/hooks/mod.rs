@@ -23,7 +23,24 @@ pub enum HookError {
         kind: &'static str,
         index: usize,
         path: String,
-        reason: String,
+        reason: HookRunError,
+    },
+}
+
+/// Why one hook did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum HookRunError {
+    #[error("start: {0}")]
+    Start(std::io::Error),
+    #[error("timed out after {0}s")]
+    TimedOut(i64),
+    #[error("wait: {0}")]
+    Wait(std::io::Error),
+    /// The exit status, and the head of what the hook wrote to stderr.
+    #[error("{status}{}", if .stderr.is_empty() { String::new() } else { format!(": {}", .stderr) })]
+    Exited {
+        status: std::process::ExitStatus,
+        stderr: String,
     },
 }
 
@@ -68,7 +85,7 @@ pub fn state_json(spec: &Spec, id: &str, status: &str, pid: i32, bundle: &Path) 
 /// Runs every hook of `kind` in order; the first failure stops and is returned.
 pub async fn run(spec: &Spec, kind: &'static str, state: &str) -> Result<(), HookError> {
     for (index, h) in list(spec, kind).iter().enumerate() {
-        let fail = |reason: String| HookError::Failed {
+        let fail = |reason: HookRunError| HookError::Failed {
             kind,
             index,
             path: h.path().display().to_string(),
@@ -79,7 +96,7 @@ pub async fn run(spec: &Spec, kind: &'static str, state: &str) -> Result<(), Hoo
     Ok(())
 }
 
-async fn run_one(h: &Hook, state: &str) -> Result<(), String> {
+async fn run_one(h: &Hook, state: &str) -> Result<(), HookRunError> {
     let args = h.args().clone().unwrap_or_default();
     let mut cmd = tokio::process::Command::new(h.path());
     if let Some(arg0) = args.first() {
@@ -92,7 +109,7 @@ async fn run_one(h: &Hook, state: &str) -> Result<(), String> {
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let mut child = cmd.spawn().map_err(|e| format!("start: {e}"))?;
+    let mut child = cmd.spawn().map_err(HookRunError::Start)?;
     if let Some(mut stdin) = child.stdin.take() {
         // A hook may not read its stdin: a broken pipe is not an error.
         let _ = stdin.write_all(state.as_bytes()).await;
@@ -108,18 +125,16 @@ async fn run_one(h: &Hook, state: &str) -> Result<(), String> {
     let (status, err) = match h.timeout() {
         Some(t) => tokio::time::timeout(Duration::from_secs(t.max(1) as u64), wait)
             .await
-            .map_err(|_| format!("timed out after {}s", t.max(1)))?,
+            .map_err(|_| HookRunError::TimedOut(t.max(1)))?,
         None => wait.await,
     };
-    let status = status.map_err(|e| format!("wait: {e}"))?;
+    let status = status.map_err(HookRunError::Wait)?;
     if status.success() {
         return Ok(());
     }
-    let err = err.trim();
-    Err(if err.is_empty() {
-        format!("{status}")
-    } else {
-        format!("{status}: {err}")
+    Err(HookRunError::Exited {
+        status,
+        stderr: err.trim().to_string(),
     })
 }
 

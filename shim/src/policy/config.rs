@@ -44,28 +44,36 @@ impl Default for PolicyConfig {
     }
 }
 
+/// A `[policy]` value serde accepts but rund does not; names the key.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyConfigError {
+    #[error(transparent)]
+    Memlock(#[from] crate::rlimit::RlimitError),
+    #[error("[policy] allowed_gpus: {0:?} is not \"all\", \"none\", an index or a GPU-<uuid>")]
+    Gpu(String),
+    #[error("[policy] allowed_rdma_devices: {0:?} is not \"all\" or an RDMA device name")]
+    Rdma(String),
+    #[error("[policy] allowed_cdi_devices: {name:?}: {reason} (or vendor/class=*)")]
+    Cdi { name: String, reason: String },
+}
+
 impl PolicyConfig {
     /// Checks the values serde cannot; the error names the key.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), PolicyConfigError> {
         if let Some(v) = &self.max_memlock {
-            crate::rlimit::memlock::parse_limit("[policy] max_memlock", v)
-                .map_err(|e| e.to_string())?;
+            crate::rlimit::memlock::parse_limit("[policy] max_memlock", v)?;
         }
         for g in &self.allowed_gpus {
             let ok = matches!(g.as_str(), "all" | "none")
                 || (!g.is_empty() && g.chars().all(|c| c.is_ascii_digit()))
                 || (g.starts_with("GPU-") && !g.contains([',', ' ', '/']));
             if !ok {
-                return Err(format!(
-                    "[policy] allowed_gpus: {g:?} is not \"all\", \"none\", an index or a GPU-<uuid>"
-                ));
+                return Err(PolicyConfigError::Gpu(g.clone()));
             }
         }
         for r in &self.allowed_rdma_devices {
             if r.is_empty() || r.contains([',', '/', ':', ' ']) {
-                return Err(format!(
-                    "[policy] allowed_rdma_devices: {r:?} is not \"all\" or an RDMA device name"
-                ));
+                return Err(PolicyConfigError::Rdma(r.clone()));
             }
         }
         for c in &self.allowed_cdi_devices {
@@ -73,8 +81,9 @@ impl PolicyConfig {
                 Some(kind) => format!("{kind}=x"),
                 None => c.clone(),
             };
-            CdiName::parse(&concrete).map_err(|reason| {
-                format!("[policy] allowed_cdi_devices: {c:?}: {reason} (or vendor/class=*)")
+            CdiName::parse(&concrete).map_err(|reason| PolicyConfigError::Cdi {
+                name: c.clone(),
+                reason,
             })?;
         }
         Ok(())
@@ -109,10 +118,8 @@ mod tests {
     use super::*;
     use std::path::Path;
 
-    fn parse(text: &str) -> Result<PolicyConfig, String> {
-        crate::config::RundConfig::parse(text, Path::new("p.toml"))
-            .map(|c| c.policy)
-            .map_err(|e| e.to_string())
+    fn parse(text: &str) -> Result<PolicyConfig, crate::config::ConfigError> {
+        crate::config::RundConfig::parse(text, Path::new("p.toml")).map(|c| c.policy)
     }
 
     #[test]
@@ -154,7 +161,7 @@ mod tests {
             ),
             ("[policy]\nallow_everything = true\n", "allow_everything"),
         ] {
-            let e = parse(text).unwrap_err();
+            let e = parse(text).unwrap_err().to_string();
             assert!(e.contains(key), "{text}: {e}");
         }
         assert_eq!(

@@ -51,8 +51,9 @@ pub fn with_default(
     Ok(out)
 }
 
-/// What to do when a limit cannot be raised.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What to do when a limit cannot be raised (`[memlock] on_failure`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum OnFailure {
     Error,
     ClampWithWarning,

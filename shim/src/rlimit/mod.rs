@@ -3,7 +3,9 @@
 
 pub mod memlock;
 
+use nix::errno::Errno;
 use oci_spec::runtime::PosixRlimit;
+use rund_sys::rlimit::{self, show, Resource};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RlimitError {
@@ -33,35 +35,9 @@ pub enum RlimitError {
     },
 }
 
-/// Maps an OCI rlimit name to its resource number.
-pub fn resource(kind: &str) -> Result<libc::__rlimit_resource_t, RlimitError> {
-    Ok(match kind {
-        "RLIMIT_AS" => libc::RLIMIT_AS,
-        "RLIMIT_CORE" => libc::RLIMIT_CORE,
-        "RLIMIT_CPU" => libc::RLIMIT_CPU,
-        "RLIMIT_DATA" => libc::RLIMIT_DATA,
-        "RLIMIT_FSIZE" => libc::RLIMIT_FSIZE,
-        "RLIMIT_LOCKS" => libc::RLIMIT_LOCKS,
-        "RLIMIT_MEMLOCK" => libc::RLIMIT_MEMLOCK,
-        "RLIMIT_MSGQUEUE" => libc::RLIMIT_MSGQUEUE,
-        "RLIMIT_NICE" => libc::RLIMIT_NICE,
-        "RLIMIT_NOFILE" => libc::RLIMIT_NOFILE,
-        "RLIMIT_NPROC" => libc::RLIMIT_NPROC,
-        "RLIMIT_RSS" => libc::RLIMIT_RSS,
-        "RLIMIT_RTPRIO" => libc::RLIMIT_RTPRIO,
-        "RLIMIT_RTTIME" => libc::RLIMIT_RTTIME,
-        "RLIMIT_SIGPENDING" => libc::RLIMIT_SIGPENDING,
-        "RLIMIT_STACK" => libc::RLIMIT_STACK,
-        other => return Err(RlimitError::Unknown(other.to_string())),
-    })
-}
-
-fn fmt_limit(v: u64) -> String {
-    if v == libc::RLIM_INFINITY {
-        "unlimited".into()
-    } else {
-        v.to_string()
-    }
+/// The resource an OCI rlimit name stands for.
+pub fn resource(kind: &str) -> Result<Resource, RlimitError> {
+    rlimit::resource(kind).ok_or_else(|| RlimitError::Unknown(kind.to_string()))
 }
 
 /// Checks names and soft <= hard, without touching any process.
@@ -82,54 +58,33 @@ pub fn validate(limits: &[PosixRlimit]) -> Result<(), RlimitError> {
 
 /// Current (soft, hard) of `kind` for `pid` (0 = this process).
 pub fn get(pid: i32, kind: &str) -> Result<(u64, u64), RlimitError> {
-    let res = resource(kind)?;
-    let mut old = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: prlimit with a null new limit only writes the old limit into `old`.
-    let rc = unsafe { libc::prlimit(pid, res, std::ptr::null(), &mut old) };
-    if rc != 0 {
-        return Err(RlimitError::Sys {
-            kind: kind.into(),
-            pid,
-            source: std::io::Error::last_os_error(),
-        });
+    rlimit::prlimit(pid, resource(kind)?, None).map_err(|e| sys_err(kind, pid, e))
+}
+
+fn sys_err(kind: &str, pid: i32, errno: Errno) -> RlimitError {
+    RlimitError::Sys {
+        kind: kind.into(),
+        pid,
+        source: errno.into(),
     }
-    Ok((old.rlim_cur, old.rlim_max))
 }
 
 /// Sets one limit on `pid` exactly; a refused raise names the cause and fix.
 pub fn set(pid: i32, kind: &str, soft: u64, hard: u64) -> Result<(), RlimitError> {
     let res = resource(kind)?;
-    let new = libc::rlimit {
-        rlim_cur: soft,
-        rlim_max: hard,
-    };
-    let mut old = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: prlimit reads `new` and writes `old`, both valid for the call.
-    let rc = unsafe { libc::prlimit(pid, res, &new, &mut old) };
-    if rc == 0 {
-        return Ok(());
+    match rlimit::prlimit(pid, res, Some((soft, hard))) {
+        Ok(_) => Ok(()),
+        Err(Errno::EPERM) => {
+            let current_hard = get(pid, kind).map_or_else(|_| "unknown".into(), |(_, h)| show(h));
+            Err(RlimitError::CannotRaise {
+                kind: kind.into(),
+                wanted: show(hard),
+                soft: show(soft),
+                current_hard,
+            })
+        }
+        Err(e) => Err(sys_err(kind, pid, e)),
     }
-    let source = std::io::Error::last_os_error();
-    if source.raw_os_error() == Some(libc::EPERM) {
-        let (_, current_hard) = get(pid, kind).unwrap_or((0, old.rlim_max));
-        return Err(RlimitError::CannotRaise {
-            kind: kind.into(),
-            wanted: fmt_limit(hard),
-            soft: fmt_limit(soft),
-            current_hard: fmt_limit(current_hard),
-        });
-    }
-    Err(RlimitError::Sys {
-        kind: kind.into(),
-        pid,
-        source,
-    })
 }
 
 /// Applies every limit of the spec to `pid`.
@@ -148,7 +103,8 @@ mod tests {
     #[test]
     fn names_map_and_unknown_is_refused() {
         assert_eq!(resource("RLIMIT_NOFILE").unwrap(), libc::RLIMIT_NOFILE);
-        assert!(resource("RLIMIT_BOGUS").is_err());
+        let e = resource("RLIMIT_BOGUS").unwrap_err();
+        assert!(e.to_string().contains("RLIMIT_BOGUS"), "{e}");
     }
 
     #[test]

@@ -2,7 +2,6 @@
 //! exit (the agent is our child once the launcher exits: we are a subreaper).
 
 use std::collections::HashMap;
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -151,24 +150,13 @@ impl Sandbox {
     }
 }
 
-fn pidfd_open(pid: i32) -> Result<OwnedFd, SandboxError> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(SandboxError::Spawn(format!(
-            "pidfd_open({pid}): {}",
-            std::io::Error::last_os_error()
-        )));
-    }
-    // SAFETY: a fresh fd from the kernel, owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
 /// Reaps the agent when it exits and records its status.
 fn watch_agent(sandbox: Arc<Sandbox>) -> Result<(), SandboxError> {
     let pid = sandbox.pid();
-    let fd = crate::io::async_fd(pidfd_open(pid)?)
-        .map_err(|e| SandboxError::Spawn(format!("pidfd: {e}")))?;
+    let pidfd = rund_sys::process::pidfd_open(pid).map_err(|e| {
+        SandboxError::Spawn(format!("pidfd_open({pid}): {}", std::io::Error::from(e)))
+    })?;
+    let fd = crate::io::async_fd(pidfd).map_err(|e| SandboxError::Spawn(format!("pidfd: {e}")))?;
     tokio::spawn(async move {
         let _ = fd.readable().await;
         let status = match waitpid(Pid::from_raw(pid), None) {

@@ -27,7 +27,7 @@ pub enum SandboxError {
     #[error("passing fds to the agent: {0}")]
     FdPass(#[from] rund_proto::fdpass::FdPassError),
     #[error("finding the host pid of agent pid {0}: {1}")]
-    PidLookup(u32, String),
+    PidLookup(u32, pidmap::PidMapError),
     #[error("{0}")]
     Namespace(String),
     #[error("the sandbox agent has exited")]

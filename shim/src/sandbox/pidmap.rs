@@ -10,13 +10,37 @@ use std::path::Path;
 
 use super::SandboxError;
 
+/// Why a pid of the agent's namespace has no host pid.
+#[derive(Debug, thiserror::Error)]
+pub enum PidMapError {
+    #[error("{path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{0}: the agent is gone")]
+    AgentGone(String),
+    #[error("no child of agent {agent} has that pid at level {level} (children: {seen:?})")]
+    NoSuchChild {
+        agent: i32,
+        level: usize,
+        seen: Vec<String>,
+    },
+}
+
+fn read_err(path: &Path) -> impl FnOnce(std::io::Error) -> PidMapError + '_ {
+    move |source| PidMapError::Read {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
 /// Host pid of the agent's child whose pid in the agent's namespace is `inner`.
 pub fn host_pid(proc_root: &Path, agent_host_pid: i32, inner: u32) -> Result<i32, SandboxError> {
-    let err = |m: String| SandboxError::PidLookup(inner, m);
+    let err = |e: PidMapError| SandboxError::PidLookup(inner, e);
     let level = agent_level(proc_root, agent_host_pid).map_err(err)?;
     let tasks = proc_root.join(agent_host_pid.to_string()).join("task");
-    let entries =
-        std::fs::read_dir(&tasks).map_err(|e| err(format!("{}: {e}", tasks.display())))?;
+    let entries = std::fs::read_dir(&tasks).map_err(|e| err(read_err(&tasks)(e)))?;
     let mut seen = Vec::new();
     for task in entries.flatten() {
         let Some(children) = read_proc(&task.path().join("children")).map_err(err)? else {
@@ -36,23 +60,25 @@ pub fn host_pid(proc_root: &Path, agent_host_pid: i32, inner: u32) -> Result<i32
             seen.push(format!("{pid}->{at:?}"));
         }
     }
-    Err(err(format!(
-        "no child of agent {agent_host_pid} has that pid at level {level} (children: {seen:?})"
-    )))
+    Err(err(PidMapError::NoSuchChild {
+        agent: agent_host_pid,
+        level,
+        seen,
+    }))
 }
 
 /// The depth of the agent's pid namespace below ours.
-fn agent_level(proc_root: &Path, agent_host_pid: i32) -> Result<usize, String> {
+fn agent_level(proc_root: &Path, agent_host_pid: i32) -> Result<usize, PidMapError> {
     let path = proc_root.join(agent_host_pid.to_string()).join("status");
     let status =
-        read_proc(&path)?.ok_or_else(|| format!("{}: the agent is gone", path.display()))?;
+        read_proc(&path)?.ok_or_else(|| PidMapError::AgentGone(path.display().to_string()))?;
     let nspid = parse_nspid(&status).unwrap_or_default();
     Ok(nspid.len().saturating_sub(1))
 }
 
 /// A /proc file; `None` if its process or thread is gone. Any other error
 /// (out of fds, say) is the caller's: it must not read as "no such pid".
-fn read_proc(path: &Path) -> Result<Option<String>, String> {
+fn read_proc(path: &Path) -> Result<Option<String>, PidMapError> {
     match std::fs::read_to_string(path) {
         Ok(s) => Ok(Some(s)),
         Err(e)
@@ -61,7 +87,7 @@ fn read_proc(path: &Path) -> Result<Option<String>, String> {
         {
             Ok(None)
         }
-        Err(e) => Err(format!("{}: {e}", path.display())),
+        Err(e) => Err(read_err(path)(e)),
     }
 }
 

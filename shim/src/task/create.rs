@@ -185,7 +185,10 @@ async fn steps(
     super::userns::check_mount_idmaps(&spec, &sandbox, binds)?;
     let mut owned = vec![(FdKind::Rootfs, root_tree)];
     for (i, m) in spec.mounts().iter().flatten().enumerate() {
-        if !rund_proto::fdpass::is_bind_mount(m.typ().as_deref(), m.options().as_deref()) {
+        if !rund_sys::mount::is_bind(
+            m.typ().as_deref(),
+            m.options().as_deref().unwrap_or_default(),
+        ) {
             continue;
         }
         let src = m.source().clone().unwrap_or_default();

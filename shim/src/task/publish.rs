@@ -18,6 +18,22 @@ use containerd_shim_protos::shim_async::{Client, EventsClient};
 use containerd_shim_protos::ttrpc::context;
 use tokio::sync::{mpsc, watch};
 
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    #[error("connecting to {address}: {source}")]
+    Connect {
+        address: String,
+        source: containerd_shim_protos::ttrpc::Error,
+    },
+    #[error("encoding {topic}: {source}")]
+    Encode {
+        topic: String,
+        source: containerd_shim_protos::protobuf::Error,
+    },
+    #[error("{0}: the event queue is closed")]
+    Closed(String),
+}
+
 /// Tries per event: about fifteen seconds of a containerd outage.
 const TRIES: u64 = 5;
 
@@ -35,16 +51,19 @@ fn unix_address(address: &str) -> String {
     }
 }
 
-async fn connect(address: &str) -> Result<EventsClient, String> {
+async fn connect(address: &str) -> Result<EventsClient, PublishError> {
     Client::connect(&unix_address(address))
         .await
         .map(EventsClient::new)
-        .map_err(|e| format!("connecting to {address}: {e}"))
+        .map_err(|source| PublishError::Connect {
+            address: address.to_string(),
+            source,
+        })
 }
 
 impl Publisher {
     /// Connects to containerd and starts the sending task.
-    pub async fn connect(address: &str) -> Result<Publisher, String> {
+    pub async fn connect(address: &str) -> Result<Publisher, PublishError> {
         let client = connect(address).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         let pending = Arc::new(watch::channel(0usize).0);
@@ -53,10 +72,18 @@ impl Publisher {
     }
 
     /// Queues one event.
-    pub fn publish(&self, topic: &str, namespace: &str, ev: &dyn MessageDyn) -> Result<(), String> {
+    pub fn publish(
+        &self,
+        topic: &str,
+        namespace: &str,
+        ev: &dyn MessageDyn,
+    ) -> Result<(), PublishError> {
         let mut value = Vec::new();
         ev.write_to_vec_dyn(&mut value)
-            .map_err(|e| format!("encoding {topic}: {e}"))?;
+            .map_err(|source| PublishError::Encode {
+                topic: topic.to_string(),
+                source,
+            })?;
         let envelope = Envelope {
             timestamp: Some(super::events::timestamp_ns(super::events::now_ns())).into(),
             namespace: namespace.to_string(),
@@ -72,7 +99,7 @@ impl Publisher {
         self.pending.send_modify(|n| *n += 1);
         self.tx.send(envelope).map_err(|_| {
             self.pending.send_modify(|n| *n -= 1);
-            format!("{topic}: the event queue is closed")
+            PublishError::Closed(topic.to_string())
         })
     }
 

@@ -40,7 +40,7 @@ pub async fn resume(svc: &Arc<Service>, id: &str) -> Result<()> {
 pub async fn stats(svc: &Arc<Service>, id: &str) -> Result<StatsResponse> {
     let c = svc.container(id).await?;
     let s = cgroup_of(&c)?.stats().await?;
-    let any = crate::cgroups::metrics::to_any(&s).map_err(ShimError::Internal)?;
+    let any = crate::cgroups::metrics::to_any(&s)?;
     Ok(StatsResponse {
         stats: Some(any).into(),
         ..Default::default()

@@ -183,7 +183,7 @@ fn idmap_candidates(bundle: &Path, rootfs: &[Mount], spec: &Spec) -> Result<Vec<
     } else {
         for m in rootfs
             .iter()
-            .filter(|m| m.type_ == "bind" || m.options.iter().any(|o| o == "bind" || o == "rbind"))
+            .filter(|m| rund_sys::mount::is_bind(Some(&m.type_), &m.options))
         {
             out.push((PathBuf::from(&m.source), true));
         }
@@ -191,8 +191,7 @@ fn idmap_candidates(bundle: &Path, rootfs: &[Mount], spec: &Spec) -> Result<Vec<
     if userns::binds_mode(spec)? == BindsMode::Idmap {
         for m in spec.mounts().iter().flatten() {
             let opts = m.options().clone().unwrap_or_default();
-            let bind = m.typ().as_deref() == Some("bind")
-                || opts.iter().any(|o| o == "bind" || o == "rbind");
+            let bind = rund_sys::mount::is_bind(m.typ().as_deref(), &opts);
             let Some(src) = m.source().as_ref().filter(|_| bind) else {
                 continue;
             };

@@ -7,16 +7,15 @@
 //! inside the container's user namespace; and container root writes files
 //! owned by 0 on disk.
 
-use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
+use nix::errno::Errno;
+use rund_sys::mount::{mount_setattr, move_mount_to, MountAttr, MOUNT_ATTR_IDMAP};
+
 use super::UsernsError;
-use crate::rootfs::detached::{mount_setattr, MountAttr};
 use crate::rootfs::{open_tree_clone, RootfsError};
 
-const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
-const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x04;
 const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
 
 /// A detached, idmapped copy of the mount at `path` (with its submounts
@@ -53,45 +52,31 @@ pub fn set_idmap(
     let Err(err) = mount_setattr(tree, recursive, &attr) else {
         return Ok(());
     };
-    Err(match err.raw_os_error() {
+    Err(match err {
         // The userns fd was checked above, so EINVAL is the filesystem.
-        Some(libc::EINVAL) => UsernsError::IdmapUnsupported {
+        Errno::EINVAL => UsernsError::IdmapUnsupported {
             path: path.display().to_string(),
             fstype: fs_name(tree),
         },
-        Some(libc::EPERM) => idmap_err(
+        Errno::EPERM => idmap_err(
             path,
             "not permitted: it needs CAP_SYS_ADMIN over the user namespace, and no mount in the tree may \
              already be idmapped"
                 .into(),
         ),
-        Some(libc::ENOSYS) => idmap_err(path, "the kernel has no mount_setattr (Linux 5.12 or later)".into()),
-        _ => idmap_err(path, format!("mount_setattr: {err}")),
+        Errno::ENOSYS => idmap_err(path, "the kernel has no mount_setattr (Linux 5.12 or later)".into()),
+        _ => idmap_err(path, format!("mount_setattr: {}", std::io::Error::from(err))),
     })
 }
 
 /// Attaches a detached tree at `target` (in the caller's mount namespace).
 pub fn attach(tree: BorrowedFd<'_>, target: &Path) -> Result<(), UsernsError> {
-    let c = CString::new(target.as_os_str().as_encoded_bytes())
-        .map_err(|_| idmap_err(target, "path contains a NUL byte".into()))?;
-    // SAFETY: move_mount reads two NUL-terminated paths valid for the call.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            MOVE_MOUNT_F_EMPTY_PATH,
-        )
-    };
-    if rc != 0 {
-        return Err(idmap_err(
-            target,
-            format!("move_mount: {}", std::io::Error::last_os_error()),
-        ));
-    }
-    Ok(())
+    move_mount_to(tree, target).map_err(|e| match e {
+        Errno::EINVAL if target.as_os_str().as_encoded_bytes().contains(&0) => {
+            idmap_err(target, "path contains a NUL byte".into())
+        }
+        e => idmap_err(target, format!("move_mount: {}", std::io::Error::from(e))),
+    })
 }
 
 fn check_userns(path: &Path, userns: BorrowedFd<'_>) -> Result<(), UsernsError> {

@@ -41,7 +41,10 @@ pub enum UsernsError {
          will not overwrite it: repair it with `rund userns repair` (moves it aside and rebuilds the \
          leases from the live user namespaces)"
     )]
-    Corrupt { path: String, reason: String },
+    Corrupt {
+        path: String,
+        reason: lease::LeaseFileError,
+    },
     #[error("user namespace lease state {path}: {source}")]
     State {
         path: String,

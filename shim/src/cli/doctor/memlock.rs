@@ -6,7 +6,7 @@ use std::fmt;
 use serde::Serialize;
 
 use crate::config::MemlockConfig;
-use crate::rlimit::memlock as shim_memlock;
+use crate::rlimit::memlock::{self as shim_memlock, OnFailure};
 use crate::rlimit::RlimitError;
 
 /// An rlimit value; `Unlimited` is RLIM_INFINITY and compares above any byte count.
@@ -27,18 +27,16 @@ impl Limit {
     }
 
     /// `memlock.rdma_default`, parsed exactly as the shim parses it.
-    pub fn parse(s: &str) -> Result<Limit, String> {
-        shim_memlock::parse_limit("memlock.rdma_default", s)
-            .map(Limit::from_raw)
-            .map_err(|e| e.to_string())
+    pub fn parse(s: &str) -> Result<Limit, RlimitError> {
+        shim_memlock::parse_limit("memlock.rdma_default", s).map(Limit::from_raw)
     }
 
     /// As `rlimit::set` prints it in its errors (raw bytes or "unlimited").
     fn raw(self) -> String {
-        match self {
-            Limit::Unlimited => "unlimited".into(),
-            Limit::Bytes(b) => b.to_string(),
-        }
+        rund_sys::rlimit::show(match self {
+            Limit::Unlimited => libc::RLIM_INFINITY,
+            Limit::Bytes(b) => b,
+        })
     }
 }
 
@@ -66,24 +64,6 @@ impl Serialize for Limit {
     }
 }
 
-/// `memlock.on_failure`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum OnFailure {
-    Error,
-    ClampWithWarning,
-}
-
-impl OnFailure {
-    /// Parsed exactly as the shim parses it.
-    pub fn parse(s: &str) -> Result<OnFailure, String> {
-        match shim_memlock::OnFailure::parse(s).map_err(|e| e.to_string())? {
-            shim_memlock::OnFailure::Error => Ok(OnFailure::Error),
-            shim_memlock::OnFailure::ClampWithWarning => Ok(OnFailure::ClampWithWarning),
-        }
-    }
-}
-
 /// The `[memlock]` section, validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct MemlockPolicy {
@@ -92,7 +72,7 @@ pub struct MemlockPolicy {
 }
 
 impl MemlockPolicy {
-    pub fn from_config(c: &MemlockConfig) -> Result<Self, String> {
+    pub fn from_config(c: &MemlockConfig) -> Result<Self, RlimitError> {
         Ok(MemlockPolicy {
             rdma_default: Limit::parse(&c.rdma_default)?,
             on_failure: OnFailure::parse(&c.on_failure)?,
@@ -261,6 +241,7 @@ mod tests {
                 on_failure: f.into(),
             })
             .unwrap_err()
+            .to_string()
         };
         assert!(bad("lots", "error").contains("rdma_default"));
         assert!(bad("-1", "error").contains("rdma_default"));

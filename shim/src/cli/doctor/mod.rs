@@ -29,7 +29,8 @@ pub struct Report {
 /// Gathers the report; `pid` 0 inspects this process (pass containerd's pid
 /// to see exactly what its shims inherit).
 pub fn collect(cfg: &RundConfig, pid: i32) -> Result<Report, CliError> {
-    let policy = MemlockPolicy::from_config(&cfg.memlock).map_err(CliError::ConfigValue)?;
+    let policy = MemlockPolicy::from_config(&cfg.memlock)
+        .map_err(|e| CliError::ConfigValue(e.to_string()))?;
     let memlock = probe::memlock(pid)?;
     let rdma_pods = memlock_verdict(policy, memlock.hard, memlock.can_raise_hard);
     Ok(Report {

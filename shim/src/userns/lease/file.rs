@@ -104,16 +104,34 @@ impl Locked {
     }
 }
 
+/// Why a leases file is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseFileError {
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error("format version {0} (this rund reads {FORMAT_VERSION})")]
+    Version(u32),
+    #[error("lease {0} has an empty sandbox id")]
+    EmptyId(usize),
+    #[error("lease {id:?} has an invalid range {host_base}+{size}")]
+    BadRange {
+        id: String,
+        host_base: u32,
+        size: u32,
+    },
+    #[error("sandbox {0:?} has two leases")]
+    Twice(String),
+    #[error("leases {0:?} and {1:?} overlap")]
+    Overlap(String, String),
+}
+
 /// A leases file's bytes, checked as `load` checks them (the fuzz target's
 /// entry point too).
 #[doc(hidden)]
-pub fn parse(bytes: &[u8]) -> Result<LeaseFile, String> {
-    let file: LeaseFile = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+pub fn parse(bytes: &[u8]) -> Result<LeaseFile, LeaseFileError> {
+    let file: LeaseFile = serde_json::from_slice(bytes)?;
     if file.version != FORMAT_VERSION {
-        return Err(format!(
-            "format version {} (this rund reads {FORMAT_VERSION})",
-            file.version
-        ));
+        return Err(LeaseFileError::Version(file.version));
     }
     check_invariants(&file.leases)?;
     Ok(file)
@@ -130,17 +148,18 @@ pub fn render(file: &LeaseFile) -> Vec<u8> {
 /// What allocate relies on: sane ranges; one lease per pool-leased sandbox,
 /// disjoint from every other range. Spec ranges (several per sandbox) may
 /// overlap each other: the specs chose them.
-fn check_invariants(leases: &[LeaseEntry]) -> Result<(), String> {
+fn check_invariants(leases: &[LeaseEntry]) -> Result<(), LeaseFileError> {
     for (i, l) in leases.iter().enumerate() {
         let r = &l.lease;
         if l.sandbox_id.is_empty() {
-            return Err(format!("lease {i} has an empty sandbox id"));
+            return Err(LeaseFileError::EmptyId(i));
         }
         if r.size == 0 || r.host_base == 0 || r.host_base as u64 + r.size as u64 > u32::MAX as u64 {
-            return Err(format!(
-                "lease {:?} has an invalid range {}+{}",
-                l.sandbox_id, r.host_base, r.size
-            ));
+            return Err(LeaseFileError::BadRange {
+                id: l.sandbox_id.clone(),
+                host_base: r.host_base,
+                size: r.size,
+            });
         }
         for o in &leases[..i] {
             let both_spec = r.index == super::SPEC_INDEX && o.lease.index == super::SPEC_INDEX;
@@ -148,12 +167,12 @@ fn check_invariants(leases: &[LeaseEntry]) -> Result<(), String> {
                 continue;
             }
             if o.sandbox_id == l.sandbox_id {
-                return Err(format!("sandbox {:?} has two leases", l.sandbox_id));
+                return Err(LeaseFileError::Twice(l.sandbox_id.clone()));
             }
             if overlaps(r.host_base, r.size, o.lease.host_base, o.lease.size) {
-                return Err(format!(
-                    "leases {:?} and {:?} overlap",
-                    o.sandbox_id, l.sandbox_id
+                return Err(LeaseFileError::Overlap(
+                    o.sandbox_id.clone(),
+                    l.sandbox_id.clone(),
                 ));
             }
         }

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::UsernsConfig;
 
+pub use file::LeaseFileError;
 pub use owner::{Liveness, Owner, ProcLiveness};
 pub use repair::RepairReport;
 

@@ -39,11 +39,7 @@ pub struct ProcLiveness;
 
 impl Liveness for ProcLiveness {
     fn start_time(&self, pid: i32) -> Option<u64> {
-        if pid <= 0 {
-            return None;
-        }
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        parse_stat(&stat)
+        rund_sys::procfs::start_time(pid)
     }
 
     fn boot_id(&self) -> String {
@@ -53,31 +49,9 @@ impl Liveness for ProcLiveness {
     }
 }
 
-/// Start time from a /proc/<pid>/stat line; None for zombies and dead
-/// processes. The command name (field 2) may hold spaces and parentheses,
-/// so fields are counted after the last ')'.
-pub fn parse_stat(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?; // field 3
-    if state == "Z" || state == "X" || state == "x" {
-        return None;
-    }
-    // Fields 4..=21 precede starttime (22).
-    fields.nth(18)?.parse().ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_start_time_and_rejects_zombies() {
-        let line = "42 (a) b) c) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 98765 1000 10";
-        assert_eq!(parse_stat(line), Some(98765));
-        assert_eq!(parse_stat(&line.replace(") S ", ") Z ")), None);
-        assert_eq!(parse_stat("garbage"), None);
-    }
 
     #[test]
     fn sees_itself_and_not_a_reaped_child() {

@@ -1,24 +1,14 @@
-//! Raw syscalls nix does not wrap (clone3, close_range, pivot_root, execveat).
+//! Process syscalls nix does not wrap: clone3, close_range, pivot_root,
+//! execveat, pidfd_open and pidfd_send_signal.
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 use nix::errno::Errno;
 use nix::sched::CloneFlags;
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
-pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
-pub const MOUNT_ATTR_NODEV: u64 = 0x4;
-pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
-pub const MOUNT_ATTR_NOATIME: u64 = 0x10;
-pub const MOUNT_ATTR_STRICTATIME: u64 = 0x20;
-pub const MOUNT_ATTR_NODIRATIME: u64 = 0x80;
-/// The atime field's value for relatime (the default).
-pub const MOUNT_ATTR_RELATIME: u64 = 0x0;
-pub const MOUNT_ATTR_NOSYMFOLLOW: u64 = 0x20_0000;
-/// The atime bits: setting one of the atime modes must clear the others.
-pub const MOUNT_ATTR_ATIME: u64 = 0x70;
 /// clone3: start the child in the cgroup given by `clone_args.cgroup`.
 pub const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
@@ -112,9 +102,55 @@ pub fn fexecve(fd: BorrowedFd<'_>, argv: &[CString], envp: &[CString]) -> Errno 
     Errno::last()
 }
 
+/// A pidfd for `pid` (Linux 5.3): waits and signals that cannot reach a
+/// recycled pid.
+pub fn pidfd_open(pid: i32) -> Result<OwnedFd, Errno> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1;
+    // no memory is shared with the kernel.
+    let fd = Errno::result(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
+    // SAFETY: the kernel returned a fresh fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Sends `sig` to the process `pidfd` refers to (as kill(2)); ESRCH once it
+/// has been reaped.
+pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: Signal) -> Result<(), Errno> {
+    // SAFETY: a null siginfo is allowed and means "as kill(2)"; no other
+    // memory is passed.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig as libc::c_int,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    Errno::result(r).map(drop)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pidfd_signals_its_child_and_not_a_reaped_one() {
+        // `cat` lives until its stdin closes, or the signal.
+        let stdin = std::process::Stdio::piped();
+        let mut child = std::process::Command::new("cat")
+            .stdin(stdin)
+            .spawn()
+            .unwrap();
+        let fd = pidfd_open(child.id() as i32).unwrap();
+        pidfd_send_signal(std::os::fd::AsFd::as_fd(&fd), Signal::SIGKILL).unwrap();
+        let st = child.wait().unwrap();
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&st), Some(9));
+        assert_eq!(
+            pidfd_send_signal(std::os::fd::AsFd::as_fd(&fd), Signal::SIGKILL),
+            Err(Errno::ESRCH)
+        );
+        assert_eq!(pidfd_open(-1).unwrap_err(), Errno::EINVAL);
+    }
 
     /// The child of `clone3_into` is in the cgroup from its first instruction.
     /// Needs root and a cgroup2 mount (pure v2, or the hybrid's unified).
@@ -130,7 +166,7 @@ mod tests {
         }) else {
             rund_skip::skip!("no cgroup2 mount");
         };
-        let name = format!("rund-agent-clone3-{}", std::process::id());
+        let name = format!("rund-sys-clone3-{}", std::process::id());
         let dir = root.join(&name);
         std::fs::create_dir(&dir).unwrap();
         let fd = std::fs::File::open(&dir).unwrap();
@@ -174,7 +210,7 @@ mod tests {
         }) else {
             rund_skip::skip!("no cgroup2 mount");
         };
-        let dir = root.join(format!("rund-agent-cgns-{}", std::process::id()));
+        let dir = root.join(format!("rund-sys-cgns-{}", std::process::id()));
         std::fs::create_dir(&dir).unwrap();
         let fd = std::fs::File::open(&dir).unwrap();
         let view = tempfile::tempdir().unwrap();

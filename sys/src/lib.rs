@@ -1,0 +1,10 @@
+//! rund's raw syscalls (the ones nix does not wrap) and `/proc` parsing,
+//! each written once for the shim, the agent and the benches. Thin: no
+//! policy and no error context; callers name what they were doing. The
+//! testing seams (the agent's `Syscall`, the cgroup crate's `CgroupFs`) sit
+//! on top of this crate.
+
+pub mod mount;
+pub mod process;
+pub mod procfs;
+pub mod rlimit;
