@@ -5,17 +5,23 @@
 //! Each socket probe carries its own positive control: the test binds an abstract listener in
 //! the host network namespace (what the agent must never have) and the same probe run must
 //! connect to it, so a probe that cannot see or reach a listener fails the test instead of
-//! passing it.
+//! passing it. From the host side, no socket of the pod listens in any network namespace (the
+//! agent's own included) but the shim's path socket for containerd.
+//!
+//! The ptrace probe: in a remapped pod attach and /proc/1/mem are refused; without a user
+//! namespace the kernel lets CAP_SYS_PTRACE attach (see the test), and what is checked is that
+//! the init holds nothing the workload lacks.
 
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{SocketAddr, UnixListener};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rund_tests::ocispec::{parent_pid, set_annotation, ConfigRun};
 use rund_tests::userns::{userns_test, COUNT};
-use rund_tests::{Containerd, ContainerdOpts, RUND_RUNTIME};
+use rund_tests::{assert_no_leaks_within, Containerd, ContainerdOpts, LeakSnapshot, RUND_RUNTIME};
 use serde_json::{json, Value};
 
 const GRACE: Duration = Duration::from_secs(15);
@@ -209,6 +215,7 @@ fn no_control_socket_for_an_unprivileged_host_user() {
         return;
     };
     let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
     let (agent, shim) = victim(&ctd, &rootfs);
     let socks = pod_sockets(&[agent, shim]);
     assert!(
@@ -237,9 +244,8 @@ fn no_control_socket_for_an_unprivileged_host_user() {
     );
     assert_nothing_reachable(&stdout, &decoy_inode, &pod);
     remove_victim(&ctd);
+    assert_no_leaks_within(&ctd, &before, GRACE);
 }
-
-use std::os::unix::process::CommandExt;
 
 /// The host's dynamic loader and its library dir: the probe is not static, so a busybox
 /// container runs it through them, bound read-only.
@@ -283,6 +289,7 @@ fn no_control_socket_from_a_host_network_container() {
         return;
     };
     let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
     let (agent, shim) = victim(&ctd, &rootfs);
     let pod = assert_only_the_shim_listens(&pod_sockets(&[agent, shim]), shim);
     let (_decoy, decoy_inode) = decoy();
@@ -303,6 +310,7 @@ fn no_control_socket_from_a_host_network_container() {
     assert!(out.stdout.starts_with("uid 0 0"), "{out:?}");
     assert_nothing_reachable(&out.stdout, &decoy_inode, &pod);
     remove_victim(&ctd);
+    assert_no_leaks_within(&ctd, &before, GRACE);
 }
 
 /// `status <who> <key> <value>` of the probe, as a number for the Cap* keys.
@@ -394,12 +402,14 @@ fn rund_init_holds_nothing_a_ptrace_capable_workload_lacks() {
         return;
     };
     let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
     let dir = tempfile::tempdir().unwrap();
     let probe = probe_copy(dir.path());
     let spec = tracer_spec(&ctd, "tracer", &rootfs, &probe);
     let out = run(&ctd, "tracer", &spec);
     assert!(out.success(), "{out:?}");
     assert_init_holds_nothing_more(&out.stdout);
+    assert_no_leaks_within(&ctd, &before, GRACE);
 }
 
 /// In a remapped pod the workload's CAP_SYS_PTRACE is held in the pod's user namespace only;

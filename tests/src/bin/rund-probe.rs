@@ -4,13 +4,11 @@
 //!
 //! - `rund-probe sockets [--shim PID] INODE...`: every socket of `/proc/net/unix` (of the
 //!   caller's network namespace) whose inode is listed or whose abstract name or file name
-//!   mentions rund, and each
-//!   `@rund-agent-PID-N` name: `sock INODE NAME FLAGS RESULT`, RESULT being `unnamed`,
-//!   `connected` or `refused:ERRNO`.
+//!   mentions rund: `sock INODE NAME FLAGS RESULT`, RESULT being `unnamed`, `connected` or
+//!   `refused:ERRNO`; with `--shim`, each `@rund-agent-PID-N` name: `name NAME RESULT`.
 //! - `rund-probe ptrace PID`: `status PID|self KEY VALUE` for Name, Cap*, Seccomp* and
-//!   NoNewPrivs of PID and of itself,
-//!   `mem RESULT` (open of /proc/PID/mem, which needs ptrace-attach access) and
-//!   `attach RESULT` (PTRACE_ATTACH, detached at once if it worked).
+//!   NoNewPrivs of PID and of itself, `mem RESULT` (open of /proc/PID/mem, which needs
+//!   ptrace-attach access) and `attach RESULT` (PTRACE_ATTACH, detached at once if it worked).
 
 use std::io::Write;
 use std::os::linux::net::SocketAddrExt;
