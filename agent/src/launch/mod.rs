@@ -12,6 +12,7 @@ use rund_proto::fdpass::{self, FdKind};
 use rund_proto::launch::{self, LaunchConfig, SyncMsg};
 
 use crate::container::ns::flag;
+use crate::server::initbin::InitBinary;
 
 pub mod sysctl;
 
@@ -89,6 +90,15 @@ fn launch(sync: BorrowedFd<'_>) -> Result<(), LaunchError> {
         // sandbox's root will not be allowed to write their sysctls.
         sysctl::write_where(&cfg.sysctls, false, |n| joined.iter().any(|j| j == n))?;
     }
+    // In a user namespace rund-init is sealed now, by host root: owned by an
+    // id the pod does not map and unreadable to it, the kernel ties the
+    // init's mm to the host's user namespace, so a workload with
+    // CAP_SYS_PTRACE in the pod's cannot attach to it or open its memory.
+    let init_bin = if cfg.userns {
+        InitBinary::sealed().map_err(|e| LaunchError::Bad(e.to_string()))?
+    } else {
+        InitBinary::default()
+    };
     if cfg.userns {
         // A joined user namespace already has its maps: the shim checks them.
         if !joined.iter().any(|j| j == "user") {
@@ -146,7 +156,7 @@ fn launch(sync: BorrowedFd<'_>) -> Result<(), LaunchError> {
                     std::process::exit(1);
                 }
             }
-            crate::sandbox::main(cfg)
+            crate::sandbox::main(cfg, init_bin)
         }
         ForkResult::Parent { child } => {
             launch::send_json(

@@ -12,6 +12,7 @@ use rund_proto::launch::{self, LaunchConfig, SyncMsg};
 
 use crate::reaper::Reaper;
 use crate::server::channel::FdChannel;
+use crate::server::initbin::InitBinary;
 use crate::server::AgentService;
 
 #[derive(Debug, thiserror::Error)]
@@ -23,7 +24,7 @@ pub enum AgentError {
 }
 
 /// The agent's main, in the forked PID 1. Never returns.
-pub fn main(cfg: LaunchConfig) -> ! {
+pub fn main(cfg: LaunchConfig, init_bin: InitBinary) -> ! {
     crate::log::set_debug(cfg.debug);
     // Nothing in a container may ptrace the agent or open its /proc files
     // (containers never share its pid namespace, but a hostPID one could).
@@ -31,7 +32,7 @@ pub fn main(cfg: LaunchConfig) -> ! {
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
     // SAFETY: fd 5 is the launch handshake socket, inherited from the shim; nothing else owns it.
     let sync = unsafe { OwnedFd::from_raw_fd(launch::SYNC_FD) };
-    let code = match run(&cfg, &sync) {
+    let code = match run(&cfg, &sync, init_bin) {
         Ok(()) => 0,
         Err(e) => {
             crate::warn!("{e}");
@@ -47,16 +48,16 @@ pub fn main(cfg: LaunchConfig) -> ! {
     std::process::exit(code)
 }
 
-fn run(cfg: &LaunchConfig, sync: &OwnedFd) -> Result<(), AgentError> {
+fn run(cfg: &LaunchConfig, sync: &OwnedFd, init_bin: InitBinary) -> Result<(), AgentError> {
     root::setup()?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| AgentError::Runtime(e.to_string()))?;
-    rt.block_on(serve(cfg, sync))
+    rt.block_on(serve(cfg, sync, init_bin))
 }
 
-async fn serve(cfg: &LaunchConfig, sync: &OwnedFd) -> Result<(), AgentError> {
+async fn serve(cfg: &LaunchConfig, sync: &OwnedFd, init_bin: InitBinary) -> Result<(), AgentError> {
     let rt = |e: &dyn std::fmt::Display| AgentError::Runtime(e.to_string());
     if cfg.host_pid {
         // Not an init: orphans of the containers must still come to us.
@@ -78,7 +79,7 @@ async fn serve(cfg: &LaunchConfig, sync: &OwnedFd) -> Result<(), AgentError> {
         fdpass,
         state: Default::default(),
         destroyed: destroyed.clone(),
-        init_bin: Default::default(),
+        init_bin,
         pod_pid: Default::default(),
         host_pid: cfg.host_pid,
     });

@@ -28,6 +28,15 @@ pub struct InitBinary {
 }
 
 impl InitBinary {
+    /// The sealed copy made at once (by the launcher, before it enters the
+    /// sandbox's user namespace).
+    pub fn sealed() -> Result<Self, InitBinError> {
+        let fd = seal_copy(EMBEDDED)?;
+        Ok(InitBinary {
+            sealed: Mutex::new(Some(fd)),
+        })
+    }
+
     /// A dup of the sealed copy, made the first time.
     pub fn get(&self) -> Result<OwnedFd, InitBinError> {
         let mut slot = self.sealed.lock().unwrap_or_else(|e| e.into_inner());
@@ -53,6 +62,12 @@ fn seal_copy(bytes: &[u8]) -> Result<OwnedFd, InitBinError> {
     // SAFETY: a fresh fd from the kernel, owned by nobody else.
     let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
     file.write_all(bytes).map_err(InitBinError::Memfd)?;
+    // Execute-only for others: whoever does not own the copy cannot read
+    // it, which keeps an init exec'd by an unmapped owner's copy non-dumpable.
+    // SAFETY: fchmod on our own memfd with a mode.
+    if unsafe { libc::fchmod(fd, 0o711) } < 0 {
+        return Err(InitBinError::Memfd(std::io::Error::last_os_error()));
+    }
     let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
     // SAFETY: fcntl(F_ADD_SEALS) on our memfd with integer flags.
     if unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, seals) } < 0 {
