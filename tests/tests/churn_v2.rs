@@ -25,7 +25,8 @@ const ROOT: &str = "/sys/fs/cgroup";
 const LATER: Duration = Duration::from_secs(30);
 /// Under TCG a container takes seconds; only a hung one trips this.
 const EXIT_WAIT: Duration = Duration::from_secs(300);
-const WORKLOAD: &str = "cat /bin/busybox > /dev/null && dd if=/dev/zero of=/f bs=1M count=4 2>/dev/null";
+const WORKLOAD: &str =
+    "cat /bin/busybox > /dev/null && dd if=/dev/zero of=/f bs=1M count=4 2>/dev/null";
 
 fn pure_v2() -> bool {
     Path::new(ROOT).join("cgroup.controllers").exists() && !Path::new(ROOT).join("memory").is_dir()
@@ -216,7 +217,9 @@ fn pod_churn_dying_cgroups() {
         };
         rows.push(row);
     }
-    println!("\n=== pod churn on cgroup v2: {n} kubelet-shaped pods per handler, one at a time ===");
+    println!(
+        "\n=== pod churn on cgroup v2: {n} kubelet-shaped pods per handler, one at a time ==="
+    );
     println!(
         "| handler | N | failed | dying right after | dying after 30 s | median delete ms \
          | total wall s | pgmajfault | charged KiB after 30 s (file, shmem) |"
@@ -298,7 +301,9 @@ fn single_start_medians() {
             }
         }
     }
-    println!("\n=== single start on cgroup v2: `ctr run --rm` busybox `true`, {n} each, alternating ===");
+    println!(
+        "\n=== single start on cgroup v2: `ctr run --rm` busybox `true`, {n} each, alternating ==="
+    );
     println!("| runtime | n | median ms | min ms | max ms |");
     println!("|---|--:|--:|--:|--:|");
     for (k, rt) in runtimes.iter().enumerate() {
