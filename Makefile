@@ -8,7 +8,7 @@ RUND_CACHE ?= /var/cache/rund
 export RUND_CACHE
 
 .PHONY: all deps build demo test test-unit test-integration test-integration-1.6 \
-	test-integration-2.1 containerd-2.1 vm-deps test-v2 test-rdma-vm lint fmt bench \
+	test-integration-2.1 containerd-2.1 vm-deps test-v2 churn-v2 test-rdma-vm lint fmt bench \
 	bench-quick bench-micro fuzz-quick soak clean
 
 all: build
@@ -63,6 +63,15 @@ vm-deps:
 # The integration tests that matter on pure cgroup v2 (tests/vm/v2.list).
 test-v2: build vm-deps
 	$(VM_RUN) --suite v2
+
+# Not in test-v2 (long, ignored tests): in the v2 VM, pod churn of kubelet-shaped pods for runc
+# and rund (reclaim_on_remove on and off) with the dying cgroups left and the delete cost, then
+# single-start medians rund vs runc-v2; results in target/vm/churn-v2/logs/. RUND_CHURN_PODS
+# (default 200) and RUND_CHURN_STARTS (default 10) change the sizes.
+churn-v2: build vm-deps
+	RUND_VM_TIMEOUT=$${RUND_VM_TIMEOUT:-14400} bash tests/vm/run.sh --suite v2 --tests 'churn_v2' \
+		--ignored --timeout 10800 --out $(CURDIR)/target/vm/churn-v2 \
+		$(foreach v,RUND_CHURN_PODS RUND_CHURN_STARTS,$(if $($(v)),--env $(v)=$($(v))))
 
 # soft-RoCE (rxe0 on dummy0) and an ib_write_bw loopback in the VM, then tests/vm/rdma.list:
 # discovery, write_bw against ib_write_bw, ib_write_bw -a in a container, the gate.

@@ -145,3 +145,23 @@ pub fn cgroup_children(mount: &Path, rel: &str) -> (Vec<String>, Vec<String>) {
     }
     seen
 }
+
+/// mkdir each level of `rel` under the v2 `mount`, enabling every controller the parent has in
+/// the new level's subtree, as the kubelet's cgroupfs driver does for its QoS and pod cgroups.
+pub fn make_cgroup_like_the_kubelet(mount: &Path, rel: &str) {
+    let mut cur = mount.to_path_buf();
+    for c in Path::new(rel).components() {
+        let parent = cur.clone();
+        cur.push(c);
+        let available = std::fs::read_to_string(parent.join("cgroup.controllers")).unwrap();
+        let enable: Vec<String> = available
+            .split_whitespace()
+            .map(|c| format!("+{c}"))
+            .collect();
+        // A controller the parent does not pass down cannot be enabled: write what it has.
+        let _ = std::fs::write(parent.join("cgroup.subtree_control"), enable.join(" "));
+        if !cur.exists() {
+            std::fs::create_dir(&cur).unwrap_or_else(|e| panic!("mkdir {}: {e}", cur.display()));
+        }
+    }
+}

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use rund_tests::cri::api::ContainerState;
-use rund_tests::fsview::{cgroup_children, wait_for};
+use rund_tests::fsview::{cgroup_children, make_cgroup_like_the_kubelet, wait_for};
 use rund_tests::{
     assert_no_leaks_within, rund_bins_or_skip, ContainerSpec, Containerd, ContainerdOpts,
     LeakSnapshot, PodSpec, BUSYBOX_IMAGE,
@@ -18,26 +18,6 @@ const ROOT: &str = "/sys/fs/cgroup";
 
 fn pure_v2() -> bool {
     Path::new(ROOT).join("cgroup.controllers").exists() && !Path::new(ROOT).join("memory").is_dir()
-}
-
-/// mkdir each level of `rel` under the v2 root, enabling every controller the parent has in
-/// the new level's subtree, as the kubelet does for its QoS and pod cgroups.
-fn make_like_the_kubelet(rel: &str) {
-    let mut cur = Path::new(ROOT).to_path_buf();
-    for c in Path::new(rel).components() {
-        let parent = cur.clone();
-        cur.push(c);
-        let available = std::fs::read_to_string(parent.join("cgroup.controllers")).unwrap();
-        let enable: Vec<String> = available
-            .split_whitespace()
-            .map(|c| format!("+{c}"))
-            .collect();
-        // A controller the parent does not pass down cannot be enabled: write what it has.
-        let _ = std::fs::write(parent.join("cgroup.subtree_control"), enable.join(" "));
-        if !cur.exists() {
-            std::fs::create_dir(&cur).unwrap();
-        }
-    }
 }
 
 #[test]
@@ -63,7 +43,7 @@ fn kubelet_shaped_pod_sits_at_exact_paths_and_leaves_nothing() {
     let cri = ctd.cri_client().expect("CRI client");
     let before = LeakSnapshot::take(&ctd);
     let pod_rel = format!("{}/podkubelet", ctd.cgroup_parent.trim_start_matches('/'));
-    make_like_the_kubelet(&pod_rel);
+    make_cgroup_like_the_kubelet(Path::new(ROOT), &pod_rel);
     let root = Path::new(ROOT);
     let pod = PodSpec::new("kubelet", &format!("/{pod_rel}"));
     let pod_id = cri.run_pod_sandbox(&pod, "rund").expect("RunPodSandbox");

@@ -4,13 +4,15 @@
 # run every test of the plan alone and write `key<TAB>result<TAB>seconds<TAB>note` lines to
 # $out/results.tsv and each test's output to $out/logs/.
 set -uo pipefail
-out= suite=v2 timeout=600 runtime=
+out= suite=v2 timeout=600 runtime= ignored=
 while [ $# -gt 0 ]; do
     case $1 in
     --out) out=$2; shift 2 ;;
     --suite) suite=$2; shift 2 ;;
     --timeout) timeout=$2; shift 2 ;;
     --runtime) runtime=$2; shift 2 ;;
+    --ignored) ignored=--include-ignored; shift ;;
+    --env) export "${2?}"; shift 2 ;;
     *) echo "guest: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -72,7 +74,7 @@ while IFS=$'\t' read -r bin exe pkg test; do
     RUND_BIN_DIR=$(dirname "$(dirname "$exe")")
     t0=$(date +%s)
     (cd "$pkg" && timeout -k 10 "$timeout" "$exe" --exact "$test" --nocapture \
-        --test-threads=1) </dev/null >"$log" 2>&1
+        --test-threads=1 $ignored) </dev/null >"$log" 2>&1
     rc=$? secs=$(($(date +%s) - t0))
     if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
         res=TIMEOUT

@@ -4,7 +4,11 @@
 # to a shared directory. Exits non-zero when any test fails or the VM does not report.
 #
 #   tests/vm/run.sh [--suite v2|rdma] [--list FILE | --tests 'bin::test bin ...']
-#                   [--runtime RUNTIME] [--out DIR] [--timeout SECS]
+#                   [--runtime RUNTIME] [--out DIR] [--timeout SECS] [--ignored]
+#                   [--env NAME=VALUE ...]
+#
+# --ignored also runs tests marked #[ignore] (long ones such as churn_v2); --env sets NAME for
+# the tests in the VM.
 #
 # Environment: RUND_VM_CACHE (virtme-ng venv; default ~/.cache/rund-vm), RUND_VM_KERNEL
 # (default the newest /boot/vmlinuz-6.1.0-*-amd64), RUND_VM_MEMORY (4G), RUND_VM_CPUS (2),
@@ -13,7 +17,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 ws=$(cd "$here/../.." && pwd)
-suite=v2 list= tests= runtime= out= timeout=600
+suite=v2 list= tests= runtime= out= timeout=600 ignored= envs=
 while [ $# -gt 0 ]; do
     case $1 in
     --suite) suite=$2; shift 2 ;;
@@ -22,6 +26,11 @@ while [ $# -gt 0 ]; do
     --runtime) runtime=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --timeout) timeout=$2; shift 2 ;;
+    --ignored) ignored=--ignored; shift ;;
+    --env)
+        [[ $2 =~ ^[A-Z_][A-Z0-9_]*=[A-Za-z0-9._/:-]*$ ]] ||
+            { echo "vm: --env wants NAME=VALUE (plain characters), not $2" >&2; exit 2; }
+        envs="$envs --env $2"; shift 2 ;;
     *) echo "vm: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -72,7 +81,7 @@ set +e
 PATH=$(dirname "$vng"):$PATH timeout "${RUND_VM_TIMEOUT:-2700}" \
     "$vng" $kvm_flag -r "$kernel" --memory "${RUND_VM_MEMORY:-4G}" --cpus "${RUND_VM_CPUS:-2}" \
     --rwdir "$out" --cwd "$ws" \
-    -- "bash $here/guest.sh --out $out --suite $suite --timeout $timeout --runtime '$runtime'" \
+    -- "bash $here/guest.sh --out $out --suite $suite --timeout $timeout --runtime '$runtime' $ignored$envs" \
     </dev/null 2>&1 | tee "$out/console.log"
 vm_rc=${PIPESTATUS[0]}
 set -e
