@@ -49,7 +49,10 @@ pub fn main(cfg: LaunchConfig) -> ! {
 
 fn run(cfg: &LaunchConfig, sync: &OwnedFd) -> Result<(), AgentError> {
     root::setup()?;
+    crate::lean_malloc();
+    // One connection, a handful of fds: a small event buffer is plenty.
     let rt = tokio::runtime::Builder::new_current_thread()
+        .max_io_events_per_tick(64)
         .enable_all()
         .build()
         .map_err(|e| AgentError::Runtime(e.to_string()))?;

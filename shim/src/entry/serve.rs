@@ -18,10 +18,13 @@ use crate::task::Service;
 const TASK_V2: &str = "containerd.task.v2.Task";
 const TASK_V3: &str = "containerd.task.v3.Task";
 
+/// A pod's shim is idle nearly all its life: one thread serves it, and the
+/// blocking pool (filesystem, cgroup and fork work) lets its threads go soon.
 pub fn run(flags: Flags) -> Result<(), String> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    lean_malloc();
+    let rt = tokio::runtime::Builder::new_current_thread()
         .max_blocking_threads(16)
+        .thread_keep_alive(std::time::Duration::from_secs(2))
         .enable_all()
         .build()
         .map_err(|e| format!("tokio: {e}"))?;
@@ -106,6 +109,19 @@ async fn serve(flags: Flags) -> Result<(), String> {
     let _ = server.shutdown().await;
     let _ = std::fs::remove_file(&path);
     Ok(())
+}
+
+/// One malloc arena: threads of the blocking pool would each get (and keep)
+/// their own, which costs resident memory for no contention worth saving.
+/// A fixed mmap threshold keeps large frees going back to the kernel.
+fn lean_malloc() {
+    // SAFETY: mallopt only sets allocator parameters; called before any
+    // other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 << 10);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 128 << 10);
+    }
 }
 
 /// Closes our stdout (the pipe `start` waits on) by pointing it at stderr.
