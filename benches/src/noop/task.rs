@@ -278,3 +278,38 @@ impl Task for Noop {
         Ok(Empty::new())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_bin_true_exits_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = dir.path().to_str().unwrap();
+        assert!(!exits_at_once(b), "no config.json: runs until killed");
+        let cfg = |args: &str| {
+            std::fs::write(
+                dir.path().join("config.json"),
+                format!(r#"{{"process":{{"args":{args}}}}}"#),
+            )
+            .unwrap()
+        };
+        cfg(r#"["/bin/true"]"#);
+        assert!(exits_at_once(b));
+        cfg(r#"["/bin/sleep","100000"]"#);
+        assert!(!exits_at_once(b));
+        cfg(r#"["/bin/truex"]"#);
+        assert!(!exits_at_once(b));
+    }
+
+    #[test]
+    fn output_fifo_without_reader_opens_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("out");
+        nix::unistd::mkfifo(&p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let uri = format!("fifo://{}", p.display());
+        assert!(open_output(&uri).is_some());
+        assert!(open_output("").is_none());
+    }
+}

@@ -34,12 +34,16 @@ fn with_floor(mut r: TableRow, floor: Option<f64>) -> TableRow {
 fn above_floor(figure: String, unit: &str, base: &TableRow) -> Option<TableRow> {
     let f = base.floor?;
     let less = |v: Option<f64>| v.map(|v| v - f);
+    let (a, b) = (less(base.rund), less(base.runc));
+    // Below the floor is noise (the floor was measured at another moment):
+    // no ratio of a negative.
+    let positive = a.is_some_and(|a| a > 0.0) && b.is_some_and(|b| b > 0.0);
     Some(row(
         figure,
         unit,
-        less(base.rund),
-        less(base.runc),
-        true,
+        a,
+        b,
+        positive,
         "figure less the floor (no-op shim)".into(),
     ))
 }
@@ -303,5 +307,10 @@ mod tests {
         assert!((r.ratio.unwrap() - 0.375).abs() < 1e-9);
         let no_floor = row("x".into(), "ms", Some(1.0), Some(2.0), true, String::new());
         assert!(above_floor("y".into(), "ms", &no_floor).is_none());
+        let below = with_floor(
+            row("x".into(), "s", Some(2.5), Some(5.5), true, String::new()),
+            Some(3.0),
+        );
+        assert_eq!(above_floor("y".into(), "s", &below).unwrap().ratio, None);
     }
 }
