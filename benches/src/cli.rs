@@ -12,8 +12,9 @@ use crate::runtime::RuntimeKind;
 #[derive(Debug, Parser)]
 #[command(name = "rund-bench", version)]
 pub struct Args {
-    /// Fewer samples (make bench-quick, < 3 min on 2 cores): 10 single starts,
-    /// 1 warm-up, concurrency 50, 1 stop sample, 5 samples per feature variant.
+    /// Fewer samples (make bench-quick, < 5 min on 2 cores): 10 single starts,
+    /// 1 warm-up, concurrency 50, 1 stop sample, 5 samples per feature
+    /// variant, 3 idle pods, 6 RunPodSandbox per CRI handler.
     #[arg(long)]
     pub quick: bool,
     /// Single-start samples per runtime (default 30, quick 10).
@@ -46,6 +47,22 @@ pub struct Args {
     pub skip_density: bool,
     #[arg(long)]
     pub skip_stop: bool,
+    /// Skip the floor: the bench's no-op shim measured alongside in the
+    /// single and concurrent phases (containerd + ctr + a shim process).
+    #[arg(long)]
+    pub skip_floor: bool,
+    /// Skip the idle-pod memory measure.
+    #[arg(long)]
+    pub skip_idle: bool,
+    /// Pods per runtime for the idle memory measure (default 5, quick 3).
+    #[arg(long)]
+    pub idle_pods: Option<usize>,
+    /// Skip the CRI RunPodSandbox phase (containerd 2.1 from the cache).
+    #[arg(long)]
+    pub skip_cri: bool,
+    /// RunPodSandbox samples per handler (default 20, quick 6).
+    #[arg(long)]
+    pub cri_pods: Option<usize>,
     /// Skip rund's feature switches (userns on/off).
     #[arg(long)]
     pub skip_features: bool,
@@ -98,6 +115,11 @@ pub struct Plan {
     pub stop: bool,
     pub features: bool,
     pub pool: bool,
+    pub floor: bool,
+    pub idle: bool,
+    pub idle_pods: usize,
+    pub cri: bool,
+    pub cri_pods: usize,
     pub pool_cycles: usize,
     pub feature_iterations: usize,
     pub feature_configs: BTreeMap<String, PathBuf>,
@@ -143,6 +165,11 @@ impl Args {
             stop: !self.skip_stop,
             features,
             pool,
+            floor: !self.skip_floor,
+            idle: !self.skip_idle,
+            idle_pods: self.idle_pods.unwrap_or(if q { 3 } else { 5 }).max(1),
+            cri: !self.skip_cri,
+            cri_pods: self.cri_pods.unwrap_or(if q { 6 } else { 20 }).max(1),
             pool_cycles: self.pool_cycles.unwrap_or(if q { 100 } else { 1000 }),
             feature_iterations: self.feature_iterations.unwrap_or(if q { 5 } else { 10 }),
             feature_configs: self.feature_config.into_iter().collect(),
@@ -194,6 +221,11 @@ mod tests {
         let p = plan(&["--quick", "--pool-cycles", "0"]).unwrap();
         assert_eq!((p.pool, p.pool_cycles), (true, 0));
         assert_eq!(plan(&[]).unwrap().pool_cycles, 1000);
+        let p = plan(&["--quick", "--skip-floor", "--cri-pods", "0"]).unwrap();
+        assert_eq!(
+            (p.floor, p.cri, p.cri_pods, p.idle_pods),
+            (false, true, 1, 3)
+        );
         let p = plan(&["--feature-config", "userns-on=/x.toml"]).unwrap();
         assert_eq!(
             p.feature_configs.get("userns-on"),
@@ -205,6 +237,10 @@ mod tests {
     fn bad_values_are_refused() {
         assert!(plan(&["--concurrency", "0"]).is_err());
         assert!(plan(&["--runtimes", "crun"]).is_err());
+        assert!(
+            plan(&["--runtimes", "noop"]).is_err(),
+            "the floor is no choice"
+        );
         assert!(plan(&["--feature-config", "nokey"]).is_err());
     }
 }

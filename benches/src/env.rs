@@ -32,6 +32,8 @@ pub struct BenchEnv {
     pub ctr: Ctr,
     /// Where rund's binaries were taken from, when rund is measured.
     pub rund_bin_dir: Option<PathBuf>,
+    /// The no-op shim is on containerd's PATH (the floor can be measured).
+    pub has_floor: bool,
 }
 
 impl BenchEnv {
@@ -53,6 +55,8 @@ impl BenchEnv {
         let mut opts = ContainerdOpts::new().with_runc();
         opts.with_rund = with_rund;
         opts.debug = debug;
+        let noop = noop_shim();
+        opts.path_links.extend(noop.clone());
         let containerd = Containerd::start(opts).map_err(EnvError::Containerd)?;
         let rootfs = containerd.busybox_rootfs().map_err(EnvError::Rootfs)?;
         let ctr = Ctr::new(
@@ -66,6 +70,7 @@ impl BenchEnv {
             rootfs,
             ctr,
             rund_bin_dir,
+            has_floor: noop.is_some(),
         })
     }
 
@@ -83,6 +88,13 @@ impl BenchEnv {
         }
         ids.len()
     }
+}
+
+/// The no-op shim, built next to this executable.
+fn noop_shim() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let p = exe.parent()?.join(crate::runtime::NOOP_SHIM_BIN);
+    p.is_file().then_some(p)
 }
 
 /// `$RUND_BIN_DIR`, else the directory of this executable (rund-bench is

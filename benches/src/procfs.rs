@@ -39,6 +39,20 @@ pub fn mem_of(pid: u32) -> Option<Mem> {
     parse_smaps_rollup(&std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?)
 }
 
+/// The `Threads:` count of /proc/<pid>/status.
+pub fn parse_threads(status: &str) -> Option<usize> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+pub fn threads_of(pid: u32) -> Option<usize> {
+    parse_threads(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
+}
+
 /// Parent pid from /proc/<pid>/stat. The comm field may hold spaces and
 /// parentheses, so parse after the last ')'.
 pub fn parse_stat_ppid(stat: &str) -> Option<u32> {
@@ -139,6 +153,12 @@ mod tests {
     }
 
     #[test]
+    fn parses_threads() {
+        assert_eq!(parse_threads("Name:\tx\nThreads:\t3\nSigQ: 0/1\n"), Some(3));
+        assert_eq!(parse_threads("Name: x\n"), None);
+    }
+
+    #[test]
     fn parses_ppid_with_odd_comm() {
         assert_eq!(parse_stat_ppid("42 (a) b (c)) S 7 42 42 0"), Some(7));
         assert_eq!(parse_stat_ppid("garbage"), None);
@@ -151,6 +171,7 @@ mod tests {
         let m = mem_of(me).expect("smaps_rollup of self");
         assert!(m.rss_kib > 0);
         assert!(!is_shim(me));
+        assert!(threads_of(me).unwrap() >= 1);
         let kids = children_map();
         assert!(descendants(std::os::unix::process::parent_id(), &kids).contains(&me));
     }

@@ -57,7 +57,13 @@ pub struct Density {
     /// Agent and container-init processes (rund); 0 for runc-v2.
     pub infra_processes: usize,
     pub shim_total: Mem,
+    /// Agent and inits together (everything below the shim but the workload).
     pub infra_total: Mem,
+    /// The shim's direct children (rund's agents), part of `infra_total`.
+    pub agent_processes: usize,
+    pub agent_total: Mem,
+    /// Threads of all shims found.
+    pub shim_threads: usize,
 }
 
 impl Density {
@@ -72,6 +78,58 @@ impl Density {
         let i = pick(&self.infra_total) / n;
         Some((s, i, s + i))
     }
+
+    /// Per-pod KiB of the agent alone and of the inits alone.
+    pub fn per_pod_split(&self, pss: bool) -> Option<(f64, f64)> {
+        if self.pods == 0 {
+            return None;
+        }
+        let pick = |m: &Mem| if pss { m.pss_kib } else { m.rss_kib } as f64;
+        let n = self.pods as f64;
+        let a = pick(&self.agent_total);
+        Some((a / n, (pick(&self.infra_total) - a) / n))
+    }
+
+    /// Adds another measure's pods (rounds pool).
+    pub fn add(&mut self, d: &Density) {
+        self.pods += d.pods;
+        self.unresolved += d.unresolved;
+        self.shim_processes += d.shim_processes;
+        self.infra_processes += d.infra_processes;
+        self.shim_total += d.shim_total;
+        self.infra_total += d.infra_total;
+        self.agent_processes += d.agent_processes;
+        self.agent_total += d.agent_total;
+        self.shim_threads += d.shim_threads;
+    }
+}
+
+/// Idle pods of one runtime: started one by one, left alone, then weighed.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct IdleSet {
+    /// Pods asked for.
+    pub pods: usize,
+    /// How long the pods were left idle before the measure.
+    pub settle_ms: u64,
+    pub failures: usize,
+    pub errors: Vec<String>,
+    pub density: Option<Density>,
+}
+
+/// RunPodSandbox through CRI on containerd 2.1, per handler.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CriStudy {
+    pub supported: bool,
+    pub note: String,
+    pub containerd: String,
+    /// Handler name -> what it is (sandboxer, runtime).
+    pub handlers: BTreeMap<String, String>,
+    /// Handler name -> RunPodSandbox latencies.
+    pub run_pod_sandbox: BTreeMap<String, SampleSet>,
+    /// The first pod of each handler, not in the figures.
+    pub warmup: BTreeMap<String, SampleSet>,
+    /// Pods whose StopPodSandbox/RemovePodSandbox failed (never timed).
+    pub teardown_failures: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -217,6 +275,8 @@ pub struct TableRow {
     /// The value is a lower bound (a cap was hit): rendered as "≥ x".
     pub rund_at_least: bool,
     pub runc_at_least: bool,
+    /// The same figure for the no-op shim (containerd + ctr alone), if measured.
+    pub floor: Option<f64>,
     pub note: String,
 }
 
@@ -228,8 +288,41 @@ pub struct Results {
     pub single_start: BTreeMap<String, SampleSet>,
     pub concurrent: Vec<ConcurrentRun>,
     pub stop: BTreeMap<String, StopSet>,
+    /// Keyed by runtime label.
+    pub idle: BTreeMap<String, IdleSet>,
+    pub cri: Option<CriStudy>,
     pub features: Vec<FeatureResult>,
     pub pool: Option<PoolStudy>,
     pub notes: Vec<String>,
     pub table: Vec<TableRow>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_pod_splits_agent_from_inits() {
+        let mut d = Density {
+            pods: 2,
+            infra_processes: 3,
+            infra_total: Mem {
+                rss_kib: 1000,
+                pss_kib: 400,
+            },
+            agent_processes: 2,
+            agent_total: Mem {
+                rss_kib: 800,
+                pss_kib: 300,
+            },
+            ..Default::default()
+        };
+        assert_eq!(d.per_pod_split(false), Some((400.0, 100.0)));
+        assert_eq!(d.per_pod_split(true), Some((150.0, 50.0)));
+        let other = d.clone();
+        d.add(&other);
+        assert_eq!(d.pods, 4);
+        assert_eq!(d.per_pod_split(false), Some((400.0, 100.0)));
+        assert_eq!(Density::default().per_pod_split(false), None);
+    }
 }

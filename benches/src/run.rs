@@ -5,7 +5,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::cli::Plan;
 use crate::env::{BenchEnv, EnvError};
-use crate::measure::{concurrent, features, pool, single, stop};
+use crate::measure::{concurrent, cri, features, idle, pool, single, stop};
 use crate::progress::{interrupted, Progress};
 use crate::report::figures;
 use crate::results::{Meta, Results};
@@ -13,19 +13,27 @@ use crate::runtime::{Runtime, RuntimeKind};
 
 fn total_steps(p: &Plan) -> u64 {
     let r = p.runtimes.len();
+    // The floor runs alongside in the single and concurrent phases.
+    let rf = r + usize::from(p.floor);
     let mut t = 0;
     if p.single {
-        t += (p.warmup + p.iterations) * r;
+        t += (p.warmup + p.iterations) * rf;
     }
     if p.concurrent {
         t += p
             .concurrency
             .iter()
-            .map(|n| 2 * n * p.rounds * r)
+            .map(|n| 2 * n * p.rounds * rf)
             .sum::<usize>();
+    }
+    if p.idle {
+        t += p.idle_pods * r;
     }
     if p.stop {
         t += p.stop_samples * r;
+    }
+    if p.cri {
+        t += (p.cri_pods + 1) * crate::measure::cri::HANDLERS.len();
     }
     let mut t = t as u64;
     if p.pool {
@@ -96,6 +104,12 @@ pub fn run(p: &Plan) -> Result<Results, EnvError> {
     let with_rund = p.runtimes.contains(&RuntimeKind::Rund);
     let env = BenchEnv::start(with_rund, p.debug, p.ctr_timeout)?;
     let rts: Vec<Runtime> = p.runtimes.iter().map(|k| Runtime::plain(*k)).collect();
+    let floor = p.floor && env.has_floor;
+    // The timed phases measure the floor in the same alternation.
+    let mut timed = rts.clone();
+    if floor {
+        timed.push(Runtime::plain(RuntimeKind::Noop));
+    }
     let progress = Progress::new(total_steps(p));
     let mut res = Results {
         meta: meta(p, &env),
@@ -103,6 +117,8 @@ pub fn run(p: &Plan) -> Result<Results, EnvError> {
         single_start: BTreeMap::new(),
         concurrent: Vec::new(),
         stop: BTreeMap::new(),
+        idle: BTreeMap::new(),
+        cri: None,
         features: Vec::new(),
         pool: None,
         notes: Vec::new(),
@@ -112,23 +128,29 @@ pub fn run(p: &Plan) -> Result<Results, EnvError> {
 
     if p.single {
         progress.phase("warm-up");
-        res.warmup = single::run(&env, &rts, p.warmup, "w", label, &progress);
+        res.warmup = single::run(&env, &timed, p.warmup, "w", label, &progress);
         progress.phase("single start");
-        res.single_start = single::run(&env, &rts, p.iterations, "s", label, &progress);
+        res.single_start = single::run(&env, &timed, p.iterations, "s", label, &progress);
     }
     if p.concurrent {
-        let opts = concurrent::Options { density: p.density };
         for &n in &p.concurrency {
             for round in 0..p.rounds {
-                for rt in crate::measure::alternate(&rts, round) {
+                for rt in crate::measure::alternate(&timed, round) {
                     if interrupted() {
                         break;
                     }
+                    // The no-op shim runs no process: nothing to weigh.
+                    let opts = concurrent::Options {
+                        density: p.density && rt.kind != RuntimeKind::Noop,
+                    };
                     res.concurrent
                         .push(concurrent::run(&env, rt, n, round, &opts, &progress));
                 }
             }
         }
+    }
+    if p.idle && !interrupted() {
+        res.idle = idle::run(&env, &rts, p.idle_pods, &progress);
     }
     if p.stop && !interrupted() {
         res.stop = stop::run(&env, &rts, p.stop_samples, p.stop_cap, &progress);
@@ -144,6 +166,16 @@ pub fn run(p: &Plan) -> Result<Results, EnvError> {
     if p.pool && !interrupted() {
         let o = pool_options(p, env.rund_bin_dir.as_deref());
         res.pool = Some(pool::run(&env, &o, &progress));
+    }
+    if p.floor && !env.has_floor {
+        res.notes.push(format!(
+            "floor not measured: {} is not built next to rund-bench",
+            crate::runtime::NOOP_SHIM_BIN
+        ));
+    }
+    if p.cri && !interrupted() {
+        // Its own containerd (2.1, CRI, a pod network); the first one idles.
+        res.cri = Some(cri::run(p.cri_pods, with_rund, &progress));
     }
     progress.phase("clean-up");
     let left = env.sweep();

@@ -4,6 +4,10 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+/// containerd resolves it to [`NOOP_SHIM_BIN`].
+pub const NOOP_RUNTIME: &str = "io.containerd.rundbench-noop.v2";
+pub const NOOP_SHIM_BIN: &str = "containerd-shim-rundbench-noop-v2";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum RuntimeKind {
@@ -11,6 +15,10 @@ pub enum RuntimeKind {
     Rund,
     /// io.containerd.runc.v2 (Debian's shim + runc)
     Runc,
+    /// The floor: the bench's no-op shim (containerd + ctr + one shim
+    /// process, no container). Measured alongside, never chosen by flag.
+    #[value(skip)]
+    Noop,
 }
 
 impl RuntimeKind {
@@ -19,6 +27,7 @@ impl RuntimeKind {
         match self {
             RuntimeKind::Rund => "rund",
             RuntimeKind::Runc => "runc-v2",
+            RuntimeKind::Noop => "floor",
         }
     }
 
@@ -27,6 +36,7 @@ impl RuntimeKind {
         match self {
             RuntimeKind::Rund => "rund",
             RuntimeKind::Runc => "runc",
+            RuntimeKind::Noop => "noop",
         }
     }
 
@@ -35,6 +45,7 @@ impl RuntimeKind {
         match self {
             RuntimeKind::Rund => "io.containerd.rund.v2",
             RuntimeKind::Runc => "io.containerd.runc.v2",
+            RuntimeKind::Noop => NOOP_RUNTIME,
         }
     }
 }

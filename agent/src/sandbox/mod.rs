@@ -50,7 +50,10 @@ pub fn main(cfg: LaunchConfig, init_bin: InitBinary) -> ! {
 
 fn run(cfg: &LaunchConfig, sync: &OwnedFd, init_bin: InitBinary) -> Result<(), AgentError> {
     root::setup()?;
+    crate::lean_malloc();
+    // One connection, a handful of fds: a small event buffer is plenty.
     let rt = tokio::runtime::Builder::new_current_thread()
+        .max_io_events_per_tick(64)
         .enable_all()
         .build()
         .map_err(|e| AgentError::Runtime(e.to_string()))?;

@@ -1,7 +1,7 @@
 //! Per-pod memory: the shim found as the nearest `containerd-shim*` ancestor
 //! of each task pid (containerd-stress density does the same with the
 //! parent), plus, for rund, every other descendant of the shim that is not
-//! the workload (the agent and container inits).
+//! the workload (the agent, its direct child, and the container inits).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -30,6 +30,8 @@ pub fn measure(task_pids: &[u32], workload_binary: &Path) -> Density {
         d.pods += 1;
         d.shim_processes += 1;
         d.shim_total += m;
+        d.shim_threads += procfs::threads_of(shim).unwrap_or(0);
+        let direct = children.get(&shim).cloned().unwrap_or_default();
         for p in procfs::descendants(shim, &children) {
             let id = procfs::exe_identity(p);
             if id.is_some() && id == workload {
@@ -38,6 +40,11 @@ pub fn measure(task_pids: &[u32], workload_binary: &Path) -> Density {
             if let Some(m) = procfs::mem_of(p) {
                 d.infra_processes += 1;
                 d.infra_total += m;
+                // rund's agent is the shim's child; the inits sit below it.
+                if direct.contains(&p) {
+                    d.agent_processes += 1;
+                    d.agent_total += m;
+                }
             }
         }
     }

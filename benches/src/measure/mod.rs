@@ -2,9 +2,11 @@
 //! that drift on a noisy machine hits both alike.
 
 pub mod concurrent;
+pub mod cri;
 pub mod density;
 pub mod events;
 pub mod features;
+pub mod idle;
 pub mod pool;
 pub mod single;
 pub mod stop;

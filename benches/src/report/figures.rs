@@ -1,12 +1,10 @@
 //! The comparison rows: one figure per row, rund and runc-v2 side by side.
 
-use crate::results::{ConcurrentRun, Density, Results, TableRow};
+use crate::results::{ConcurrentRun, Results, TableRow};
 use crate::runtime::RuntimeKind;
 use crate::stats::{percentile_sorted, ratio, Summary};
 
-const MIB: f64 = 1024.0;
-
-fn row(
+pub(super) fn row(
     figure: String,
     unit: &str,
     rund: Option<f64>,
@@ -22,8 +20,32 @@ fn row(
         ratio: if ratio_ok { ratio(rund, runc) } else { None },
         rund_at_least: false,
         runc_at_least: false,
+        floor: None,
         note,
     }
+}
+
+fn with_floor(mut r: TableRow, floor: Option<f64>) -> TableRow {
+    r.floor = floor;
+    r
+}
+
+/// A figure less the floor's: the part each runtime adds to containerd + ctr.
+fn above_floor(figure: String, unit: &str, base: &TableRow) -> Option<TableRow> {
+    let f = base.floor?;
+    let less = |v: Option<f64>| v.map(|v| v - f);
+    let (a, b) = (less(base.rund), less(base.runc));
+    // Below the floor is noise (the floor was measured at another moment):
+    // no ratio of a negative.
+    let positive = a.is_some_and(|a| a > 0.0) && b.is_some_and(|b| b > 0.0);
+    Some(row(
+        figure,
+        unit,
+        a,
+        b,
+        positive,
+        "figure less the floor (no-op shim)".into(),
+    ))
 }
 
 /// Runs of one runtime at one N in the main comparison (not feature runs).
@@ -61,33 +83,48 @@ pub fn build(results: &Results) -> Vec<TableRow> {
     if !results.single_start.is_empty() {
         let n = |k: RuntimeKind| get(k).map(|s| s.samples_ms.len()).unwrap_or(0);
         let note = format!("n = {} / {}", n(RuntimeKind::Rund), n(RuntimeKind::Runc));
+        let mut median_row = None;
         for (name, f) in [
             ("median", (|s: &Summary| s.median) as fn(&Summary) -> f64),
             ("p90", |s| s.p90),
             ("p99", |s| s.p99),
         ] {
-            rows.push(row(
-                format!("single start (`run --rm /bin/true`) {name}"),
-                "ms",
-                single(RuntimeKind::Rund, f),
-                single(RuntimeKind::Runc, f),
-                true,
-                note.clone(),
-            ));
+            let r = with_floor(
+                row(
+                    format!("single start (`run --rm /bin/true`) {name}"),
+                    "ms",
+                    single(RuntimeKind::Rund, f),
+                    single(RuntimeKind::Runc, f),
+                    true,
+                    note.clone(),
+                ),
+                single(RuntimeKind::Noop, f),
+            );
+            median_row.get_or_insert_with(|| r.clone());
+            rows.push(r);
         }
-        rows.push(row(
-            "single start failures".into(),
-            "count",
-            fails(RuntimeKind::Rund),
-            fails(RuntimeKind::Runc),
-            false,
-            String::new(),
+        rows.push(with_floor(
+            row(
+                "single start failures".into(),
+                "count",
+                fails(RuntimeKind::Rund),
+                fails(RuntimeKind::Runc),
+                false,
+                String::new(),
+            ),
+            fails(RuntimeKind::Noop),
         ));
+        if let Some(r) = median_row
+            .and_then(|m| above_floor("single start median above the floor".into(), "ms", &m))
+        {
+            rows.push(r);
+        }
     }
 
     for n in &results.meta.concurrency {
         let rd = runs_of(results, RuntimeKind::Rund, *n);
         let rc = runs_of(results, RuntimeKind::Runc, *n);
+        let rf = runs_of(results, RuntimeKind::Noop, *n);
         if rd.is_empty() && rc.is_empty() {
             continue;
         }
@@ -126,118 +163,77 @@ pub fn build(results: &Results) -> Vec<TableRow> {
             clean(&rc).len(),
             rc.len()
         );
-        rows.push(row(
-            format!("{n} concurrent: wall until all running"),
-            "s",
-            wall(&rd),
-            wall(&rc),
-            true,
-            rounds,
-        ));
-        rows.push(row(
-            format!("{n} concurrent: failures"),
-            "count",
-            failures(&rd),
-            failures(&rc),
-            false,
-            String::new(),
-        ));
-        for (name, p) in [("p50", 50.0), ("p99", 99.0)] {
-            rows.push(row(
-                format!("{n} concurrent: per-container {name}"),
-                "ms",
-                pooled_latency(&rd, p),
-                pooled_latency(&rc, p),
+        let wall_row = with_floor(
+            row(
+                format!("{n} concurrent: wall until all running"),
+                "s",
+                wall(&rd),
+                wall(&rc),
                 true,
+                rounds,
+            ),
+            wall(&rf),
+        );
+        rows.push(wall_row.clone());
+        rows.push(with_floor(
+            row(
+                format!("{n} concurrent: failures"),
+                "count",
+                failures(&rd),
+                failures(&rc),
+                false,
                 String::new(),
+            ),
+            failures(&rf),
+        ));
+        if let Some(r) = above_floor(
+            format!("{n} concurrent: wall above the floor"),
+            "s",
+            &wall_row,
+        ) {
+            rows.push(r);
+        }
+        for (name, p) in [("p50", 50.0), ("p99", 99.0)] {
+            rows.push(with_floor(
+                row(
+                    format!("{n} concurrent: per-container {name}"),
+                    "ms",
+                    pooled_latency(&rd, p),
+                    pooled_latency(&rc, p),
+                    true,
+                    String::new(),
+                ),
+                pooled_latency(&rf, p),
             ));
         }
-        rows.push(row(
-            format!("{n} teardown: kill+delete wall"),
-            "s",
-            td(&rd),
-            td(&rc),
-            true,
-            String::new(),
+        rows.push(with_floor(
+            row(
+                format!("{n} teardown: kill+delete wall"),
+                "s",
+                td(&rd),
+                td(&rc),
+                true,
+                String::new(),
+            ),
+            td(&rf),
         ));
-        rows.push(row(
-            format!("{n} teardown: failures"),
-            "count",
-            td_fail(&rd),
-            td_fail(&rc),
-            false,
-            String::new(),
+        rows.push(with_floor(
+            row(
+                format!("{n} teardown: failures"),
+                "count",
+                td_fail(&rd),
+                td_fail(&rc),
+                false,
+                String::new(),
+            ),
+            td_fail(&rf),
         ));
     }
 
-    density_rows(results, &mut rows);
+    super::memory::density_rows(results, &mut rows);
+    super::memory::idle_rows(results, &mut rows);
     stop_rows(results, &mut rows);
     rows
-}
-
-/// Density at the largest N that has a measure for some runtime.
-fn density_rows(results: &Results, rows: &mut Vec<TableRow>) {
-    let dens = |k: RuntimeKind, n: usize| -> Option<Density> {
-        let ds: Vec<&Density> = runs_of(results, k, n)
-            .into_iter()
-            .filter_map(|r| r.density.as_ref())
-            .collect();
-        // Pool the rounds: totals and pod counts add up.
-        let mut acc = Density::default();
-        for d in &ds {
-            acc.pods += d.pods;
-            acc.unresolved += d.unresolved;
-            acc.shim_total += d.shim_total;
-            acc.infra_total += d.infra_total;
-        }
-        (!ds.is_empty()).then_some(acc)
-    };
-    let Some(&n) = results
-        .meta
-        .concurrency
-        .iter()
-        .filter(|&&n| dens(RuntimeKind::Rund, n).is_some() || dens(RuntimeKind::Runc, n).is_some())
-        .max()
-    else {
-        return;
-    };
-    let (drd, drc) = (dens(RuntimeKind::Rund, n), dens(RuntimeKind::Runc, n));
-    let pods = |d: &Option<Density>| {
-        d.as_ref()
-            .map(|d| format!("{}", d.pods))
-            .unwrap_or("-".into())
-    };
-    let note = format!("N = {n}, pods found {} / {}", pods(&drd), pods(&drc));
-    for pss in [false, true] {
-        let kind = if pss { "PSS" } else { "RSS" };
-        let pp = |d: &Option<Density>| d.as_ref().and_then(|d| d.per_pod(pss));
-        let (a, b) = (pp(&drd), pp(&drc));
-        let mib = |v: Option<(f64, f64, f64)>, f: fn((f64, f64, f64)) -> f64| v.map(|t| f(t) / MIB);
-        rows.push(row(
-            format!("per-pod {kind}: shim"),
-            "MiB",
-            mib(a, |t| t.0),
-            mib(b, |t| t.0),
-            true,
-            note.clone(),
-        ));
-        rows.push(row(
-            format!("per-pod {kind}: agent + inits"),
-            "MiB",
-            mib(a, |t| t.1),
-            mib(b, |t| t.1),
-            false,
-            String::new(),
-        ));
-        rows.push(row(
-            format!("per-pod {kind}: shim + agent + inits (vs runc-v2 shim)"),
-            "MiB",
-            mib(a, |t| t.2),
-            mib(b, |t| t.0),
-            true,
-            String::new(),
-        ));
-    }
 }
 
 fn stop_rows(results: &Results, rows: &mut Vec<TableRow>) {
@@ -287,4 +283,34 @@ fn stop_rows(results: &Results, rows: &mut Vec<TableRow>) {
         false,
         String::new(),
     ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn above_floor_takes_the_floor_off_both_runtimes() {
+        let base = with_floor(
+            row(
+                "x".into(),
+                "ms",
+                Some(90.0),
+                Some(140.0),
+                true,
+                String::new(),
+            ),
+            Some(60.0),
+        );
+        let r = above_floor("y".into(), "ms", &base).unwrap();
+        assert_eq!((r.rund, r.runc), (Some(30.0), Some(80.0)));
+        assert!((r.ratio.unwrap() - 0.375).abs() < 1e-9);
+        let no_floor = row("x".into(), "ms", Some(1.0), Some(2.0), true, String::new());
+        assert!(above_floor("y".into(), "ms", &no_floor).is_none());
+        let below = with_floor(
+            row("x".into(), "s", Some(2.5), Some(5.5), true, String::new()),
+            Some(3.0),
+        );
+        assert_eq!(above_floor("y".into(), "s", &below).unwrap().ratio, None);
+    }
 }

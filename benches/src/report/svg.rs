@@ -14,12 +14,13 @@ const PANEL_W: f64 = 360.0;
 const PANEL_H: f64 = 300.0;
 const TOP: f64 = 70.0;
 const LEFT: [f64; 3] = [70.0, 510.0, 955.0];
-const KINDS: [RuntimeKind; 2] = [RuntimeKind::Rund, RuntimeKind::Runc];
+const KINDS: [RuntimeKind; 3] = [RuntimeKind::Rund, RuntimeKind::Runc, RuntimeKind::Noop];
 
 fn color(k: RuntimeKind) -> &'static str {
     match k {
         RuntimeKind::Rund => "#d95f02",
         RuntimeKind::Runc => "#1b9e77",
+        RuntimeKind::Noop => "#888888",
     }
 }
 
@@ -180,7 +181,7 @@ pub fn render(r: &Results) -> String {
         cpus = r.meta.cpus
     );
     for (i, k) in KINDS.iter().enumerate() {
-        let x = 520.0 + i as f64 * 120.0;
+        let x = 480.0 + i as f64 * 100.0;
         let _ = writeln!(
             s,
             r#"<rect x="{x}" y="12" width="16" height="4" fill="{}"/><text x="{}" y="20" class="legend">{}</text>"#,
@@ -191,7 +192,7 @@ pub fn render(r: &Results) -> String {
     }
     let _ = writeln!(
         s,
-        r##"<text x="770" y="20" class="legend" fill="#555">(dashed: smaller N)</text>"##
+        r##"<text x="790" y="20" class="legend" fill="#555">(dashed: smaller N)</text>"##
     );
 
     // 1. single start CDF

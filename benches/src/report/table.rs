@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::results::{ConcurrentRun, FeatureResult, Results, TableRow};
+use crate::results::{ConcurrentRun, CriStudy, FeatureResult, Results, TableRow};
 use crate::stats::{ratio, Summary};
 
 fn fmt_val(v: Option<f64>, unit: &str) -> String {
@@ -38,17 +38,19 @@ fn fmt_row_ratio(r: &TableRow) -> String {
 
 pub fn render_rows(rows: &[TableRow]) -> String {
     let mut s = String::from(
-        "| figure | unit | rund | runc-v2 | rund/runc-v2 | note |\n|---|---|--:|--:|--:|---|\n",
+        "| figure | unit | rund | runc-v2 | rund/runc-v2 | floor | note |\n\
+         |---|---|--:|--:|--:|--:|---|\n",
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} |",
             r.figure,
             r.unit,
             bound(r.rund_at_least, fmt_val(r.rund, &r.unit)),
             bound(r.runc_at_least, fmt_val(r.runc, &r.unit)),
             fmt_row_ratio(r),
+            fmt_val(r.floor, &r.unit),
             r.note
         );
     }
@@ -104,6 +106,43 @@ pub fn render_features(features: &[FeatureResult]) -> String {
     s
 }
 
+pub fn render_cri(c: &CriStudy) -> String {
+    if !c.supported {
+        return format!("{}\n", c.note);
+    }
+    let mut s = format!(
+        "containerd {}; one pod per sample after one warm-up pod per handler, handlers \
+         rotated; stop and removal not timed.\n\n\
+         | handler | what | median (ms) | p90 (ms) | n | failures |\n|---|---|--:|--:|--:|--:|\n",
+        c.containerd
+    );
+    for (h, set) in &c.run_pod_sandbox {
+        let sum = set.summary.as_ref();
+        let _ = writeln!(
+            s,
+            "| {h} | {} | {} | {} | {} | {} |",
+            c.handlers.get(h).map(String::as_str).unwrap_or(""),
+            fmt_val(sum.map(|x| x.median), "ms"),
+            fmt_val(sum.map(|x| x.p90), "ms"),
+            set.samples_ms.len(),
+            set.failures
+        );
+    }
+    for (h, set) in c.warmup.iter().chain(&c.run_pod_sandbox) {
+        for e in &set.errors {
+            let _ = writeln!(s, "\n- {h}: {e}");
+        }
+    }
+    if c.teardown_failures > 0 {
+        let _ = writeln!(
+            s,
+            "\n- {} pod(s) failed to stop or be removed",
+            c.teardown_failures
+        );
+    }
+    s
+}
+
 /// The whole stdout report.
 pub fn render(results: &Results) -> String {
     let m = &results.meta;
@@ -122,6 +161,16 @@ pub fn render(results: &Results) -> String {
         m.duration_s
     );
     s.push_str(&render_rows(&results.table));
+    if results.table.iter().any(|r| r.floor.is_some()) {
+        s.push_str(
+            "\nfloor: the bench's no-op shim (`containerd-shim-rundbench-noop-v2`: no process, \
+         events only) in the same alternation: containerd + ctr + one shim process start.\n",
+        );
+    }
+    if let Some(c) = &results.cri {
+        s.push_str("\n### CRI RunPodSandbox (containerd 2.1, pod network)\n\n");
+        s.push_str(&render_cri(c));
+    }
     if !results.features.is_empty() {
         s.push_str("\n### rund feature switches\n\n");
         s.push_str(&render_features(&results.features));
@@ -153,10 +202,11 @@ mod tests {
             ratio: None,
             rund_at_least: false,
             runc_at_least: false,
+            floor: None,
             note: String::new(),
         }];
         let t = render_rows(&rows);
-        assert!(t.contains("| x | ms | — | 12.3 | — |"), "{t}");
+        assert!(t.contains("| x | ms | — | 12.3 | — | — |"), "{t}");
     }
 
     #[test]
@@ -169,10 +219,11 @@ mod tests {
             ratio: Some(0.02),
             rund_at_least: false,
             runc_at_least: true,
+            floor: Some(0.05),
             note: String::new(),
         };
         let t = render_rows(std::slice::from_ref(&r));
-        assert!(t.contains("| 0.20 | ≥ 10.00 | ≤ 0.02× |"), "{t}");
+        assert!(t.contains("| 0.20 | ≥ 10.00 | ≤ 0.02× | 0.05 |"), "{t}");
         r.rund_at_least = true;
         assert!(render_rows(&[r]).contains("| ≥ 0.20 | ≥ 10.00 | — |"));
     }

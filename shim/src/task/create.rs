@@ -150,8 +150,16 @@ async fn steps(
         .as_ref()
         .map(|r| r.path().clone())
         .unwrap_or_default();
-    let (root_tree, mounted) =
-        super::userns::rootfs_tree(bundle, &req.rootfs, &root_path, &sandbox)?;
+    // Mounting (overlay, idmapped) may wait on the kernel's mount locks: off
+    // the shim's one runtime thread.
+    let (root_tree, mounted) = {
+        let (b, mounts, sb) = (bundle.to_path_buf(), req.rootfs.clone(), sandbox.clone());
+        tokio::task::spawn_blocking(move || {
+            super::userns::rootfs_tree(&b, &mounts, &root_path, &sb)
+        })
+        .await
+        .map_err(|e| ShimError::Internal(format!("rootfs task: {e}")))??
+    };
     if mounted {
         let b = bundle.to_path_buf();
         undo.push("rootfs", async move {
