@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use rund_tests::containerd::config::{self, Layout};
 use rund_tests::containerd::line;
+use rund_tests::cri::IdRange;
 use rund_tests::{
     assert_no_leaks_within, rund_bins_or_skip, ContainerSpec, Containerd, ContainerdOpts,
     LeakSnapshot, PodSpec, BUSYBOX_IMAGE, K8S_NAMESPACE,
@@ -99,6 +100,12 @@ fn install_and_run_a_pod(test: &str, config_version: Option<u32>) {
     assert!(p.rund_config.exists());
 
     opts.config_file = Some(p.config.clone());
+    if ctrd.is_v2() {
+        // As the install's note says; and a pod network, which hostUsers: false needs.
+        opts.env
+            .push(("RUND_CONFIG".into(), p.rund_config.display().to_string()));
+        opts.pod_network = true;
+    }
     if !ctrd.is_v2() {
         // Debian's containerd 1.6.20 drops `runtime_path` on the way to the task service
         // (fixed in 1.6.21), so it finds the shim on its PATH only, as containerd.service
@@ -136,6 +143,28 @@ fn install_and_run_a_pod(test: &str, config_version: Option<u32>) {
     assert_eq!(ann["rund.io/grace-period-seconds"], "3", "{ann}");
     assert!(ann.get("rund.io/memlock").is_none(), "{ann}");
     cri.remove_pod(&pod_id);
+    if ctrd.is_v2() {
+        // containerd 2.x fails a hostUsers: false container of a runtime that has options
+        // ("can't unmarshal type runtimeoptions.v1.Options"): the drop-in has none.
+        let mut pod = PodSpec::new("installed-userns", &ctd.cgroup_parent);
+        pod.host_network = false;
+        pod.user_namespace = Some(IdRange {
+            host: 0x7100_0000,
+            len: 65536,
+        });
+        let pod_id = cri.run_pod_sandbox(&pod, "rund").expect("RunPodSandbox");
+        let app = ContainerSpec::new("app", BUSYBOX_IMAGE, &["sleep", "1000"]);
+        let id = cri
+            .create_and_start(&pod_id, &app, &pod)
+            .unwrap_or_else(|e| panic!("hostUsers: false: {e}\n{}", ctd.log_tail(40)));
+        let r = cri
+            .exec_sync(&id, &["cat", "/proc/self/uid_map"], 10)
+            .expect("ExecSync");
+        let map = String::from_utf8_lossy(&r.stdout);
+        let fields: Vec<&str> = map.split_whitespace().collect();
+        assert_eq!(fields, ["0", &0x7100_0000u32.to_string(), "65536"], "{r:?}");
+        cri.remove_pod(&pod_id);
+    }
     assert_no_leaks_within(&ctd, &before, GRACE);
 
     ctd.stop();

@@ -12,10 +12,11 @@ use super::snippet::{self, Paths, CRI_V2, SHIM_BIN};
 
 /// rund's config as shipped (every key with its default).
 pub const DEFAULT_RUND_CONFIG: &str = include_str!("../../../../deploy/config.toml");
-/// The binaries every install needs; any other `rund-*` executable next to them comes too.
+/// The binaries every install needs.
 pub const REQUIRED: &[&str] = &[SHIM_BIN, "rund-agent", "rund"];
-/// Development tools that are built next to rund but are not part of a node.
-const NOT_INSTALLED: &[&str] = &["rund-bench"];
+/// Installed when built: an explicit list, so development and test tools built next to rund
+/// (rund-bench, rund-probe, ...) never land on a node.
+const OPTIONAL: &[&str] = &["rund-init"];
 
 /// How a target file stands before the step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +118,14 @@ pub fn build(i: &Inputs) -> Result<Plan, InstallError> {
             bin.display()
         ));
     }
+    if let (Line::Two, Some(cfg)) = (i.detected.line, paths.custom_config()) {
+        notes.push(format!(
+            "containerd 2.x passes rund no config path: set RUND_CONFIG={} in containerd's \
+             environment (e.g. a systemd drop-in's Environment=), or rund reads {}",
+            cfg.display(),
+            crate::config::DEFAULT_PATH
+        ));
+    }
     Ok(Plan {
         detected: i.detected.clone(),
         steps,
@@ -152,15 +161,12 @@ fn binaries(i: &Inputs) -> Result<Vec<Step>, InstallError> {
             });
         }
     }
-    let mut extra: Vec<String> = std::fs::read_dir(i.from)
-        .ctx("list", i.from)?
-        .flatten()
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n.starts_with("rund-") && !names.contains(n))
-        .filter(|n| !NOT_INSTALLED.contains(&n.as_str()) && is_executable(&i.from.join(n)))
-        .collect();
-    extra.sort();
-    names.extend(extra);
+    names.extend(
+        OPTIONAL
+            .iter()
+            .filter(|n| is_executable(&i.from.join(n)))
+            .map(|n| (*n).to_owned()),
+    );
     names
         .into_iter()
         .map(|n| {

@@ -29,7 +29,7 @@ pub const CRI_V3: &str = "io.containerd.cri.v1.runtime";
 pub struct Paths {
     /// `runtime_path`: the installed shim, so containerd needs no PATH change.
     pub shim: PathBuf,
-    /// `options.ConfigPath`: rund's config.
+    /// rund's config; named in `options.ConfigPath` on containerd 1.x when not the default.
     pub rund_config: PathBuf,
 }
 
@@ -39,6 +39,13 @@ impl Paths {
             shim: prefix.join("bin").join(SHIM_BIN),
             rund_config: rund_config.to_path_buf(),
         }
+    }
+}
+
+impl Paths {
+    /// The config path containerd must pass rund, when it is not the one rund reads anyway.
+    pub fn custom_config(&self) -> Option<&Path> {
+        (self.rund_config != Path::new(crate::config::DEFAULT_PATH)).then_some(&self.rund_config)
     }
 }
 
@@ -61,7 +68,9 @@ fn list(items: &[&str]) -> String {
     format!("[{}]", v.join(", "))
 }
 
-fn runtime_body(p: &Paths, table: &str, sandboxer: bool) -> String {
+/// `options` puts `ConfigPath` in the runtime's options (containerd 1.x only: 2.1-2.3 read a
+/// runtime's options as runc's for a user-namespaced pod and fail it).
+fn runtime_body(p: &Paths, table: &str, sandboxer: bool, options: bool) -> String {
     let mut s = format!(
         "[{table}]\n  runtime_type = {rt}\n  runtime_path = {path}\n",
         rt = q(RUNTIME_TYPE),
@@ -74,24 +83,40 @@ fn runtime_body(p: &Paths, table: &str, sandboxer: bool) -> String {
         "  # Only annotations that cannot widen a pod's privileges: devices, memlock and\n  \
          # userns binds are never taken from a pod.\n  pod_annotations = {pod}\n  \
          # CDI device names, set by the kubelet from a device plugin's allocation.\n  \
-         container_annotations = {ctr}\n\n[{table}.options]\n  ConfigPath = {cfg}\n",
+         container_annotations = {ctr}\n",
         pod = list(POD_ANNOTATIONS),
         ctr = list(CONTAINER_ANNOTATIONS),
-        cfg = q(&p.rund_config.display().to_string()),
     ));
+    match p.custom_config() {
+        Some(cfg) if options => s.push_str(&format!(
+            "\n[{table}.options]\n  ConfigPath = {}\n",
+            q(&cfg.display().to_string())
+        )),
+        Some(cfg) => s.push_str(&format!(
+            "  # containerd 2.x passes no runtime options (2.1-2.3 read them as runc's for\n  \
+             # user-namespaced pods): set this in containerd's environment for rund's config:\n  \
+             # RUND_CONFIG={}\n",
+            cfg.display()
+        )),
+        None => {}
+    }
     s
+}
+
+fn v2_table_name() -> String {
+    format!("plugins.{}.containerd.runtimes.{RUNTIME}", q(CRI_V2))
 }
 
 /// The runtime tables in config version 2 (no `version` line): what `rund install` appends to
 /// a containerd 1.x config.
 pub fn v2_tables(p: &Paths) -> String {
-    let table = format!("plugins.{}.containerd.runtimes.{RUNTIME}", q(CRI_V2));
-    runtime_body(p, &table, false)
+    runtime_body(p, &v2_table_name(), false, true)
 }
 
-/// A complete version 2 file. containerd 1.6/1.7 replace a whole plugin section with an
-/// imported file's, so on 1.x these tables belong in config.toml itself; on 2.x it is the
-/// drop-in for a version 2 config.toml (Debian's default).
+/// A complete version 2 file without runtime options. containerd 1.6/1.7 replace a whole
+/// plugin section with an imported file's, so on 1.x these tables belong in config.toml itself
+/// (`rund install` uses [`v2_tables`] there); on 2.x it is the drop-in for a version 2
+/// config.toml (Debian's default).
 pub fn v2_file(p: &Paths) -> String {
     format!(
         "# rund as CRI runtime handler `rund`, containerd config version 2.\n\
@@ -99,7 +124,7 @@ pub fn v2_file(p: &Paths) -> String {
          # replace the whole CRI section). containerd 2.x with a version 2 config.toml: a\n\
          # drop-in under its `imports`. `rund install` does either, with a backup.\n\
          version = 2\n\n{}",
-        v2_tables(p)
+        runtime_body(p, &v2_table_name(), false, false)
     )
 }
 
@@ -112,7 +137,7 @@ pub fn v3_file(p: &Paths) -> String {
          # config.toml's `imports` (default /etc/containerd/conf.d/*.toml). Use\n\
          # containerd-rund.toml instead when config.toml says `version = 2`.\n\
          version = 3\n\n{}\n{}",
-        runtime_body(p, &table, true),
+        runtime_body(p, &table, true, false),
         shim_sandboxer_example(p)
     )
 }

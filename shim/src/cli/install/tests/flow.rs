@@ -61,7 +61,7 @@ fn dry_run_on_1x_prints_the_version_2_block_for_config_toml() {
         );
     }
     assert!(
-        !out.contains("rund-bench") && !out.contains("rund-agent.d"),
+        !out.contains("rund-bench") && !out.contains("rund-probe") && !out.contains("rund-agent.d"),
         "{out}"
     );
     // A prefix off systemd's PATH: 1.6.20 would not find the shim.
@@ -89,6 +89,13 @@ fn dry_run_on_2x_with_a_version_3_config_prints_a_version_3_drop_in() {
         "{out}"
     );
     assert!(out.contains("sandboxer = \"podsandbox\""), "{out}");
+    // No runtime options on 2.x: the custom config path goes through RUND_CONFIG.
+    assert!(!out.contains("ConfigPath"), "{out}");
+    let env = format!("RUND_CONFIG={}", node.rund_config().display());
+    assert!(
+        out.contains(&format!("set {env} in containerd's environment (e.g.")),
+        "the plan's note: {out}"
+    );
 }
 
 #[test]

@@ -24,6 +24,7 @@ impl Node {
             ("rund", 0o755),
             ("rund-init", 0o755),
             ("rund-bench", 0o755),
+            ("rund-probe", 0o755),
             ("rund-agent.d", 0o644),
         ] {
             let p = from.join(name);

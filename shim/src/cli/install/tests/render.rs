@@ -40,10 +40,8 @@ fn v2_file_registers_rund_under_the_1x_cri_plugin() {
         ]
     );
     assert_eq!(strings(&rund["container_annotations"]), ["cdi.k8s.io/*"]);
-    assert_eq!(
-        rund["options"]["ConfigPath"].as_str(),
-        Some("/etc/rund/c.toml")
-    );
+    // Also 2.x's drop-in for a version 2 config.toml: no options (see below).
+    assert!(rund.get("options").is_none(), "{rund}");
     assert!(rund.get("sandboxer").is_none(), "1.x has no sandboxer");
     // Nothing but the runtime: no global CRI setting (e.g. restrict_oom_score_adj) rides along.
     assert_eq!(t["plugins"][CRI_V2].as_table().unwrap().len(), 1);
@@ -71,12 +69,33 @@ fn v3_file_registers_rund_under_the_2x_runtime_plugin() {
         ]
     );
     assert_eq!(strings(&rund["container_annotations"]), ["cdi.k8s.io/*"]);
+    assert!(rund.get("options").is_none(), "{rund}");
+    assert_eq!(t["plugins"][CRI_V3].as_table().unwrap().len(), 1);
+    assert!(!v3_file(&paths()).contains("restrict_oom_score_adj"));
+}
+
+/// containerd 2.1-2.3 read a runtime's options as runc's for a user-namespaced pod and fail
+/// it: only 1.x gets `ConfigPath`, and only for a path rund would not read anyway; a 2.x
+/// drop-in names a custom path in a comment that says how to pass it.
+#[test]
+fn only_1x_gets_a_config_path_and_only_a_custom_one() {
+    let v1 = parse(&v2_tables(&paths()));
+    let rund = &v1["plugins"][CRI_V2]["containerd"]["runtimes"]["rund"];
     assert_eq!(
         rund["options"]["ConfigPath"].as_str(),
         Some("/etc/rund/c.toml")
     );
-    assert_eq!(t["plugins"][CRI_V3].as_table().unwrap().len(), 1);
-    assert!(!v3_file(&paths()).contains("restrict_oom_score_adj"));
+    let default = parse(&v2_tables(&Paths::default()));
+    let rund = &default["plugins"][CRI_V2]["containerd"]["runtimes"]["rund"];
+    assert!(rund.get("options").is_none(), "{rund}");
+    for text in [v2_file(&paths()), v3_file(&paths())] {
+        assert!(!text.contains("ConfigPath"), "{text}");
+        assert!(
+            text.contains("\n  # RUND_CONFIG=/etc/rund/c.toml\n"),
+            "{text}"
+        );
+    }
+    assert!(!v3_file(&Paths::default()).contains("RUND_CONFIG=/"));
 }
 
 #[test]
