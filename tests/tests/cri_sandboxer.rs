@@ -233,6 +233,7 @@ fn container_task_events_in_order() {
         .wait_topic(&id, "/tasks/exit", wait)
         .expect("TaskExit");
     assert_eq!(exit.body["exit_status"], 3, "{exit:?}");
+    assert!(fx.cri.wait_exited(&id, wait), "CRI saw no exit of {id}");
     fx.cri.remove_container(&id).expect("RemoveContainer");
     let delete = events
         .wait_topic(&id, "/tasks/delete", wait)

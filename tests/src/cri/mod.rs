@@ -252,6 +252,23 @@ impl CriClient {
             })
     }
 
+    /// Whether CRI reports `id` exited within `limit`. CRI takes a task's exit from its
+    /// event stream, after `ctr events` may already have shown it; the kubelet removes only
+    /// containers CRI reports exited.
+    pub fn wait_exited(&self, id: &str, limit: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let st = self.container_status(id);
+            if st.is_ok_and(|s| s.state == api::ContainerState::ContainerExited as i32) {
+                return true;
+            }
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
     /// Ids of the containers (all states), optionally only those of `pod_id`.
     pub fn list_containers(&self, pod_id: Option<&str>) -> CriResult<Vec<String>> {
         let req = ListContainersRequest { filter: None };

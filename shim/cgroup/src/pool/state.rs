@@ -169,7 +169,8 @@ fn sweep_stale_tmp(dir: &Path) {
         let Some(pid) = tmp_writer(&name.to_string_lossy()) else {
             continue;
         };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
+        // A zombie counts as dead: a killed shim stays one until it is reaped.
+        if rund_sys::procfs::start_time(pid as i32).is_none() {
             let _ = std::fs::remove_file(e.path());
         }
     }
@@ -206,5 +207,25 @@ mod tests {
         assert!(mine.exists(), "a live writer's temp file stays");
         assert!(!dead.exists(), "a dead writer's temp file goes");
         assert!(d.path().join("meta.json").exists());
+    }
+
+    #[test]
+    fn a_zombie_writer_counts_as_dead() {
+        // An unreaped child: its /proc entry stays until we wait for it.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        while rund_sys::procfs::stat(pid as i32).is_some_and(|s| !s.is_dead()) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+        let d = tempfile::tempdir().unwrap();
+        let tmp = d.path().join(format!("meta.json.tmp-{pid:x}-1-0"));
+        std::fs::write(&tmp, "x").unwrap();
+        sweep_stale_tmp(d.path());
+        let _ = child.wait();
+        assert!(
+            !tmp.exists(),
+            "a killed shim's temp file goes before it is reaped"
+        );
     }
 }
