@@ -75,6 +75,19 @@ pub fn locked_memory(limits: &str) -> (String, String) {
     (f[0].to_owned(), f[1].to_owned())
 }
 
+/// Whether this process (so containerd and its shims) may raise hard limits: CAP_SYS_RESOURCE
+/// (bit 24 of CapEff), or an unlimited hard memlock already.
+pub fn can_raise_limits() -> bool {
+    const CAP_SYS_RESOURCE: u32 = 24;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    eff & (1 << CAP_SYS_RESOURCE) != 0 || memlock_hard() == u64::MAX
+}
+
 /// The hard RLIMIT_MEMLOCK of this process (so of containerd and its shims).
 pub fn memlock_hard() -> u64 {
     nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK)

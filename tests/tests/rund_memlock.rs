@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rund_tests::inside::{locked_memory, memlock_hard};
+use rund_tests::inside::{can_raise_limits, locked_memory, memlock_hard};
 use rund_tests::ocispec::{set_annotation, set_rlimit, ConfigRun};
 use rund_tests::{
     assert_no_leaks_within, runtime_under_test, CmdOutput, Containerd, ContainerdOpts,
@@ -17,23 +17,11 @@ use rund_tests::{
 };
 
 const GRACE: Duration = Duration::from_secs(15);
-const CAP_SYS_RESOURCE: u32 = 24;
 /// Lets pods ask for any memlock (the default policy refuses raises).
 const ALLOW_MEMLOCK: &str = "[policy]\nmax_memlock = \"unlimited\"\n";
 
 fn start(test: &str) -> Option<Containerd> {
     Containerd::start_under_test(test, ContainerdOpts::new())
-}
-
-/// Whether this process (so containerd and its shims) may raise hard limits.
-fn can_raise_limits() -> bool {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
-    eff & (1 << CAP_SYS_RESOURCE) != 0 || memlock_hard() == u64::MAX
 }
 
 fn fmt_limit(v: u64) -> String {

@@ -495,8 +495,11 @@ fn update_changes_resources_live_and_rejects_bad_values() {
         );
     }
 
-    // Bad values: a clear error, and the limits in force stay as they were.
-    let err = update(serde_json::json!({"memory": {"limit": 1}})).unwrap_err();
+    // Bad values: a clear error, and the limits in force stay as they were. v1's kernel refuses
+    // a limit below usage; v2's takes it and OOM-kills, so there (as with runc) only a caller
+    // that sets checkBeforeUpdate gets the refusal.
+    let low = serde_json::json!({"memory": {"limit": 1, "checkBeforeUpdate": true}});
+    let err = update(low).unwrap_err();
     assert!(
         err.message().to_lowercase().contains("memory"),
         "a memory limit below usage should fail naming memory: {err:?}"

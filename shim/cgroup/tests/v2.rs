@@ -156,6 +156,37 @@ fn fake_v2_kill_all_uses_cgroup_kill() {
     drop(tmp);
 }
 
+/// v2 takes any memory.max (and OOM-kills to meet it): only checkBeforeUpdate refuses a limit
+/// at or below usage, as runc's CheckMemoryUsage does.
+#[test]
+fn fake_v2_check_before_update_refuses_a_limit_at_usage() {
+    let (tmp, cg) = fake();
+    let m = cg.create("/pod/u", None).unwrap();
+    let d = v2_dir(&m);
+    std::fs::write(d.join("memory.current"), "8192\n").unwrap();
+    let e = m
+        .update(&res(
+            r#"{"memory": {"limit": 8192, "checkBeforeUpdate": true}}"#,
+        ))
+        .unwrap_err();
+    assert!(e.to_string().contains("memory.limit"), "{e}");
+    assert_ne!(read(&d.join("memory.max")), "8192");
+    let e = m
+        .update(&res(
+            r#"{"memory": {"limit": -1, "swap": 4096, "checkBeforeUpdate": true}}"#,
+        ))
+        .unwrap_err();
+    assert!(e.to_string().contains("memory.swap"), "{e}");
+    m.update(&res(
+        r#"{"memory": {"limit": 8193, "checkBeforeUpdate": true}}"#,
+    ))
+    .unwrap();
+    assert_eq!(read(&d.join("memory.max")), "8193");
+    m.update(&res(r#"{"memory": {"limit": 4096}}"#)).unwrap();
+    assert_eq!(read(&d.join("memory.max")), "4096");
+    drop(tmp);
+}
+
 #[test]
 fn fake_v2_reclaim_before_rmdir_is_a_switch() {
     for on in [false, true] {

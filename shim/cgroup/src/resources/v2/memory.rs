@@ -60,13 +60,17 @@ pub(super) fn apply(fs: &dyn CgroupFs, dir: &Path, m: &LinuxMemory) -> Result<()
         return Ok(());
     }
     need(fs, dir, "memory")?;
-    if m.check_before_update() == Some(true) && limit > 0 {
+    // As runc's CheckMemoryUsage: v2 takes any memory.max and OOM-kills to
+    // meet it, so a caller that asks gets a refusal instead.
+    if m.check_before_update() == Some(true) && (limit > 0 || swap > 0) {
         let usage = ctl::read_u64(fs, dir, "memory.current")?;
-        if (limit as u64) < usage {
-            return Err(Error::InvalidResource {
-                field: "memory.limit",
-                reason: format!("{limit} is below usage {usage}"),
-            });
+        for (field, v) in [("memory.swap", swap), ("memory.limit", limit)] {
+            if v > 0 && v as u64 <= usage {
+                return Err(Error::InvalidResource {
+                    field,
+                    reason: format!("{v} is not above usage {usage}"),
+                });
+            }
         }
     }
     let sw = swap_to_v2(swap, limit)?;
