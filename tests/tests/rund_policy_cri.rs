@@ -2,7 +2,9 @@
 //! `rund`): a CDI device named by a *pod* annotation is refused, the same device allocated as a
 //! *container* annotation (as the kubelet passes a device plugin's) is injected; under
 //! `[userns] mode = "always"` a pod is remapped, and a container adding CAP_NET_ADMIN in the
-//! host-owned pod network namespace is refused naming the mode and the key. rund only.
+//! host-owned pod network namespace is refused naming the mode and the key, and a pod in its own
+//! network namespace gets `ip_unprivileged_port_start=0` (its remapped root binds port 80).
+//! rund only.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -21,6 +23,16 @@ fn start(test: &str, dir: &Path, body: &str) -> Option<Containerd> {
 
 /// [`start`], with containerd 2.x's own CDI spec dirs.
 fn start_with(test: &str, dir: &Path, body: &str, cdi: Vec<PathBuf>) -> Option<Containerd> {
+    start_opts(test, dir, body, cdi, ContainerdOpts::new().cri())
+}
+
+fn start_opts(
+    test: &str,
+    dir: &Path,
+    body: &str,
+    cdi: Vec<PathBuf>,
+    base: ContainerdOpts,
+) -> Option<Containerd> {
     if runtime_under_test() != RUND_RUNTIME {
         let _ = test;
         rund_tests::skip!("the policy is rund's");
@@ -32,7 +44,7 @@ fn start_with(test: &str, dir: &Path, body: &str, cdi: Vec<PathBuf>) -> Option<C
     let opts = ContainerdOpts {
         rund_config_path: Some(cfg),
         cdi_spec_dirs: cdi,
-        ..ContainerdOpts::new().cri()
+        ..base
     };
     Containerd::start_rund_or_skip(test, opts)
 }
@@ -157,5 +169,58 @@ fn always_mode_remaps_pods_and_refuses_net_admin_in_a_host_netns() {
     }
     cri.remove_pod(&pod_id);
     assert!(cri.list_pod_sandboxes().unwrap().is_empty());
+    assert_no_leaks_within(&ctd, &before, SETTLE);
+}
+
+/// Under `mode = "always"` a pod in its own (CNI-made, host-owned) network namespace gets
+/// `net.ipv4.ip_unprivileged_port_start=0`, as containerd sets it for `hostUsers: false`: the
+/// remapped root binds port 80 there.
+#[test]
+fn always_mode_opens_low_ports_in_a_pod_network() {
+    let dir = tempfile::tempdir().unwrap();
+    let test = "always_mode_opens_low_ports_in_a_pod_network";
+    let base = ContainerdOpts::new().pod_network();
+    let body = "[userns]\nmode = \"always\"\n";
+    let Some(ctd) = start_opts(test, dir.path(), body, Vec::new(), base) else {
+        return;
+    };
+    let cri = ctd.cri_client().expect("CRI client");
+    let before = LeakSnapshot::take(&ctd);
+    let mut pod = PodSpec::new("always-net", &ctd.cgroup_parent);
+    pod.host_network = false;
+    let pod_id = cri.run_pod_sandbox(&pod, "rund").expect("RunPodSandbox");
+    let web = ContainerSpec::new("web", BUSYBOX_IMAGE, &["sh", "-c", "exec httpd -f -p 80"]);
+    let id = cri.create_and_start(&pod_id, &web, &pod).expect("web");
+    let map = uid_map_of(&cri, &id);
+    assert!(!map.starts_with("0 0 "), "remapped: {map}");
+    let sysctl = cri
+        .exec_sync(
+            &id,
+            &["cat", "/proc/sys/net/ipv4/ip_unprivileged_port_start"],
+            10,
+        )
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&sysctl.stdout), "0\n", "{sysctl:?}");
+    // httpd listening on :80 (0050; v4 or v6), state LISTEN (0A), in the pod's namespace.
+    let deadline = std::time::Instant::now() + SETTLE;
+    loop {
+        let tcp = cri
+            .exec_sync(&id, &["cat", "/proc/net/tcp", "/proc/net/tcp6"], 10)
+            .unwrap();
+        let tcp = String::from_utf8_lossy(&tcp.stdout).to_string();
+        let listening = tcp.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[1].ends_with(":0050") && f[3] == "0A"
+        });
+        if listening {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nothing listens on :80: {tcp}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    cri.remove_pod(&pod_id);
     assert_no_leaks_within(&ctd, &before, SETTLE);
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rund_check::engine::params::WriteBwParams;
-use rund_check::gate::cache::{Cache, CachedResult, Entry, CACHE_VERSION};
+use rund_check::gate::cache::{Cache, CachedResult, Entry, Lookup, CACHE_VERSION};
 use rund_check::gate::policy::{gbps_to_mib, parse_rate_gbps};
 use rund_check::{
     BwReport, CheckError, DeviceChecker, Gate, GateConfig, GateError, GatePolicy, ReportUnit,
@@ -369,4 +369,42 @@ fn rate_and_threshold_parsing() {
         (Verify::Require, Threshold::FractionOfRate(0.9))
     );
     assert!(serde_json::from_str::<GatePolicy>(r#"{"verify":"maybe"}"#).is_err());
+}
+
+/// Another process reads the entry back: measured figures (arbitrary floats, e.g. soft-RoCE's
+/// 42.122885599634444 MiB/s) must parse to the same value, or the checksum rejects a good entry
+/// and every Create re-measures.
+#[test]
+fn measured_floats_survive_the_round_trip() {
+    let tmp = tempfile::tempdir().unwrap();
+    fs::create_dir_all(tmp.path().join("checks")).unwrap();
+    let cache = Cache::new(tmp.path().join("checks"));
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut floats = vec![42.122885599634444, 39.97834985789562, 0.0006396535977263299];
+    for _ in 0..2000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        floats.push((x >> 11) as f64 / (1u64 << 53) as f64 * 1e4);
+    }
+    for bw in floats {
+        let mut r = report(bw);
+        r.bw_peak = bw * 1.0001;
+        r.msg_rate_mpps = bw / 65536.0;
+        let e = Entry {
+            version: CACHE_VERSION,
+            device: "rxe0".into(),
+            measured_at_unix: 1_795_524_868,
+            size: 65536,
+            iters: 300,
+            result: CachedResult::Measured(r),
+            checksum: String::new(),
+        }
+        .seal();
+        cache.write(&e).unwrap();
+        match cache.read("rxe0").unwrap() {
+            Lookup::Found(got) => assert_eq!(got, e),
+            other => panic!("{bw}: {other:?}"),
+        }
+    }
 }
