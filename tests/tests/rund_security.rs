@@ -303,18 +303,31 @@ fn hooks_run_at_their_points_with_the_state() {
         // The startContainer hook saw the state too (printed by the workload).
         let start: Value = serde_json::from_str(out.stdout.trim()).unwrap_or(Value::Null);
         assert_eq!(start["id"], id.as_str(), "{rt}: {out:?}");
+        assert_eq!(start["bundle"], created["bundle"], "{rt}: {out:?}");
     }
-    // A failing hook fails its step and leaves nothing behind.
-    for rt in runtimes() {
-        let id = format!("hkfail-{}", short(rt));
-        let mut spec = ctd.oci_spec(&id, &rootfs, &["true"]).unwrap();
-        spec["hooks"] = json!({"createRuntime": [{"path": "/bin/sh", "args": ["sh", "-c", "echo no >&2; exit 3"]}]});
-        let out = run(&ctd, &id, &spec, rt);
-        assert!(
-            !out.success(),
-            "{rt}: a failing createRuntime hook must fail Create"
-        );
-        let _ = ctd.container_delete(&id);
+    // A failing hook fails its step and leaves nothing behind; a failing poststop is only
+    // logged. Each kind as runc does it.
+    let failing = json!([{"path": "/bin/sh", "args": ["sh", "-c", "echo no >&2; exit 3"]}]);
+    for (kind, fails) in [
+        ("prestart", true),
+        ("createRuntime", true),
+        ("createContainer", true),
+        ("startContainer", true),
+        ("poststart", true),
+        ("poststop", false),
+    ] {
+        for rt in runtimes() {
+            let id = format!("hkf-{}-{}", kind.to_lowercase(), short(rt));
+            let mut spec = ctd.oci_spec(&id, &rootfs, &["true"]).unwrap();
+            spec["hooks"] = json!({ kind: failing });
+            let out = run(&ctd, &id, &spec, rt);
+            assert_eq!(
+                !out.success(),
+                fails,
+                "{rt}: a failing {kind} hook (fails the step: {fails}): {out:?}"
+            );
+            let _ = ctd.container_delete(&id);
+        }
     }
     assert_no_leaks_within(&ctd, &before, GRACE);
 }

@@ -86,14 +86,14 @@ fn report_and_wait(sync: &OwnedFd, msg: ChildMsg) {
 }
 
 /// The OCI state a startContainer hook reads: the pid as the container sees
-/// it (runc does the same), status "created".
-fn start_state(id: &str, spec: Option<&Spec>) -> String {
+/// it and the bundle's host path (as runc gives them), status "created".
+fn start_state(id: &str, spec: Option<&Spec>, bundle: &str) -> String {
     serde_json::json!({
         "ociVersion": spec.map(|s| s.version().clone()).unwrap_or_else(|| "1.0.2".into()),
         "id": id,
         "status": "created",
         "pid": std::process::id(),
-        "bundle": "",
+        "bundle": bundle,
         "annotations": spec.and_then(|s| s.annotations().clone()).unwrap_or_default(),
     })
     .to_string()
@@ -118,7 +118,7 @@ pub fn init_main(mut a: InitArgs) -> ! {
     };
     report_and_wait(&a.sync, ChildMsg::Ready);
     drop(a.fds);
-    let state = start_state(&a.id, Some(&a.spec));
+    let state = start_state(&a.id, Some(&a.spec), &a.opts.bundle);
     let e = exec::launch(prepared, &state);
     die(&format!("container {}: {e}", a.id))
 }
@@ -207,7 +207,7 @@ pub fn exec_main(mut a: ExecArgs) -> ! {
     };
     report_and_wait(&a.sync, ChildMsg::Ready);
     drop(a.fds);
-    let state = start_state(&a.id, None);
+    let state = start_state(&a.id, None, "");
     let e = exec::launch(prepared, &state);
     die(&format!("exec {} in container {}: {e}", a.exec_id, a.id))
 }

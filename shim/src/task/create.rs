@@ -188,6 +188,7 @@ async fn steps(
         use_init,
         userns: sandbox.userns,
         pause_before_pivot: pause,
+        bundle: bundle.display().to_string(),
         ..Default::default()
     };
     super::userns::check_mount_idmaps(&spec, &sandbox, binds)?;
