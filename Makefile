@@ -67,11 +67,12 @@ test-v2: build vm-deps
 # Not in test-v2 (long, ignored tests): in the v2 VM, pod churn of kubelet-shaped pods for runc
 # and rund (reclaim_on_remove on and off) with the dying cgroups left and the delete cost, then
 # single-start medians rund vs runc-v2; results in target/vm/churn-v2/logs/. RUND_CHURN_PODS
-# (default 200) and RUND_CHURN_STARTS (default 10) change the sizes.
+# (default 200) and RUND_CHURN_STARTS (default 10) change the sizes; RUND_VM_BIN_DIR=$(CURDIR)/target/release
+# measures release binaries.
 churn-v2: build vm-deps
 	RUND_VM_TIMEOUT=$${RUND_VM_TIMEOUT:-14400} bash tests/vm/run.sh --suite v2 --tests 'churn_v2' \
 		--ignored --timeout 10800 --out $(CURDIR)/target/vm/churn-v2 \
-		$(foreach v,RUND_CHURN_PODS RUND_CHURN_STARTS,$(if $($(v)),--env $(v)=$($(v))))
+		$(foreach v,RUND_CHURN_PODS RUND_CHURN_STARTS RUND_VM_BIN_DIR,$(if $($(v)),--env $(v)=$($(v))))
 
 # soft-RoCE (rxe0 on dummy0) and an ib_write_bw loopback in the VM, then tests/vm/rdma.list:
 # discovery, write_bw against ib_write_bw, ib_write_bw -a in a container, the gate.

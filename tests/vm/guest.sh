@@ -71,7 +71,8 @@ while IFS=$'\t' read -r bin exe pkg test; do
     key=$bin::$test
     log=$out/logs/$bin.${test//::/.}.log
     export RUND_BIN_DIR
-    RUND_BIN_DIR=$(dirname "$(dirname "$exe")")
+    # RUND_VM_BIN_DIR (e.g. target/release, through --env) picks other rund binaries.
+    RUND_BIN_DIR=${RUND_VM_BIN_DIR:-$(dirname "$(dirname "$exe")")}
     t0=$(date +%s)
     (cd "$pkg" && timeout -k 10 "$timeout" "$exe" --exact "$test" --nocapture \
         --test-threads=1 $ignored) </dev/null >"$log" 2>&1
