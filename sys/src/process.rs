@@ -152,19 +152,29 @@ mod tests {
         assert_eq!(pidfd_open(-1).unwrap_err(), Errno::EINVAL);
     }
 
-    /// The child of `clone3_into` is in the cgroup from its first instruction.
-    /// Needs root and a cgroup2 mount (pure v2, or the hybrid's unified).
-    #[test]
-    fn clone3_into_starts_the_child_in_the_cgroup() {
+    /// The cgroup2 mount point, or a skip (needs root and a cgroup2 mount:
+    /// pure v2, or the hybrid's unified).
+    fn cgroup2_root() -> Option<std::path::PathBuf> {
         if !nix::unistd::geteuid().is_root() {
             rund_skip::skip!("needs root");
         }
         let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
-        let Some(root) = mounts.lines().find_map(|l| {
+        let root = mounts.lines().find_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             (f.get(2) == Some(&"cgroup2")).then(|| std::path::PathBuf::from(f[1]))
-        }) else {
+        });
+        if root.is_none() {
             rund_skip::skip!("no cgroup2 mount");
+        }
+        root
+    }
+
+    /// The child of `clone3_into` is in the cgroup from its first instruction.
+    /// Needs root and a cgroup2 mount (pure v2, or the hybrid's unified).
+    #[test]
+    fn clone3_into_starts_the_child_in_the_cgroup() {
+        let Some(root) = cgroup2_root() else {
+            return;
         };
         let name = format!("rund-sys-clone3-{}", std::process::id());
         let dir = root.join(&name);
@@ -200,15 +210,8 @@ mod tests {
     /// top. Needs root and a cgroup2 mount (pure v2, or the hybrid's unified).
     #[test]
     fn clone3_into_with_a_new_cgroup_namespace_roots_it_at_the_cgroup() {
-        if !nix::unistd::geteuid().is_root() {
-            rund_skip::skip!("needs root");
-        }
-        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
-        let Some(root) = mounts.lines().find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.get(2) == Some(&"cgroup2")).then(|| std::path::PathBuf::from(f[1]))
-        }) else {
-            rund_skip::skip!("no cgroup2 mount");
+        let Some(root) = cgroup2_root() else {
+            return;
         };
         let dir = root.join(format!("rund-sys-cgns-{}", std::process::id()));
         std::fs::create_dir(&dir).unwrap();

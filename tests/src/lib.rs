@@ -37,3 +37,4 @@ pub use rootfs::{busybox_rootfs, shared_busybox_rootfs};
 /// is allow-listed in `tests/skips/` (see the `rund-skip` crate).
 pub use rund_skip::skip;
 pub mod userns;
+pub mod victim;

@@ -54,18 +54,7 @@ fn no_control_socket_is_reachable() {
         return;
     };
     let rootfs = ctd.busybox_rootfs().unwrap();
-    ctd.run_detached("victim", &rootfs, &["sleep", "1000"], RUND_RUNTIME)
-        .unwrap();
-    ctd.wait_for_status("victim", "RUNNING", GRACE).unwrap();
-    let task = ctd
-        .task_list()
-        .unwrap()
-        .into_iter()
-        .find(|t| t.id == "victim")
-        .unwrap()
-        .pid;
-    let agent = rund_tests::ocispec::parent_pid(task).unwrap();
-    let shim = rund_tests::ocispec::parent_pid(agent).unwrap();
+    let (agent, shim) = rund_tests::victim::start(&ctd, &rootfs);
     // Every socket the agent holds is unnamed (a socketpair end): nothing to find in
     // /proc/net/unix, nothing to connect to. The shim's only named socket is the
     // one containerd connects to.
@@ -118,10 +107,7 @@ fn no_control_socket_is_reachable() {
             "@{name} accepted a connection"
         );
     }
-    ctd.task_kill("victim", "SIGKILL", false).unwrap();
-    ctd.wait_for_status("victim", "STOPPED", GRACE).unwrap();
-    ctd.task_delete("victim", false).unwrap().check().unwrap();
-    ctd.container_delete("victim").unwrap().check().unwrap();
+    rund_tests::victim::remove(&ctd);
 }
 
 use std::os::linux::net::SocketAddrExt;

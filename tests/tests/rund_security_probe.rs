@@ -19,7 +19,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rund_tests::ocispec::{parent_pid, set_annotation, ConfigRun};
+use rund_tests::ocispec::{set_annotation, ConfigRun};
 use rund_tests::userns::{userns_test, COUNT};
 use rund_tests::{assert_no_leaks_within, Containerd, ContainerdOpts, LeakSnapshot, RUND_RUNTIME};
 use serde_json::{json, Value};
@@ -69,29 +69,6 @@ fn socket_inodes(pid: u32) -> Vec<String> {
             Some(s.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
         })
         .collect()
-}
-
-/// A detached rund container and the (agent, shim) pids that serve it.
-fn victim(ctd: &Containerd, rootfs: &Path) -> (u32, u32) {
-    ctd.run_detached("victim", rootfs, &["sleep", "1000"], RUND_RUNTIME)
-        .unwrap();
-    ctd.wait_for_status("victim", "RUNNING", GRACE).unwrap();
-    let task = ctd
-        .task_list()
-        .unwrap()
-        .into_iter()
-        .find(|t| t.id == "victim")
-        .unwrap()
-        .pid;
-    let agent = parent_pid(task).unwrap();
-    (agent, parent_pid(agent).unwrap())
-}
-
-fn remove_victim(ctd: &Containerd) {
-    ctd.task_kill("victim", "SIGKILL", false).unwrap();
-    ctd.wait_for_status("victim", "STOPPED", GRACE).unwrap();
-    ctd.task_delete("victim", false).unwrap().check().unwrap();
-    ctd.container_delete("victim").unwrap().check().unwrap();
 }
 
 /// One `sock INODE NAME FLAGS RESULT` line of the probe.
@@ -216,7 +193,7 @@ fn no_control_socket_for_an_unprivileged_host_user() {
     };
     let rootfs = ctd.busybox_rootfs().unwrap();
     let before = LeakSnapshot::take(&ctd);
-    let (agent, shim) = victim(&ctd, &rootfs);
+    let (agent, shim) = rund_tests::victim::start(&ctd, &rootfs);
     let socks = pod_sockets(&[agent, shim]);
     assert!(
         socks.iter().any(|s| s.pid == agent),
@@ -243,7 +220,7 @@ fn no_control_socket_for_an_unprivileged_host_user() {
         "the probe must run as nobody: {stdout}"
     );
     assert_nothing_reachable(&stdout, &decoy_inode, &pod);
-    remove_victim(&ctd);
+    rund_tests::victim::remove(&ctd);
     assert_no_leaks_within(&ctd, &before, GRACE);
 }
 
@@ -290,7 +267,7 @@ fn no_control_socket_from_a_host_network_container() {
     };
     let rootfs = ctd.busybox_rootfs().unwrap();
     let before = LeakSnapshot::take(&ctd);
-    let (agent, shim) = victim(&ctd, &rootfs);
+    let (agent, shim) = rund_tests::victim::start(&ctd, &rootfs);
     let pod = assert_only_the_shim_listens(&pod_sockets(&[agent, shim]), shim);
     let (_decoy, decoy_inode) = decoy();
     let dir = tempfile::tempdir().unwrap();
@@ -309,7 +286,7 @@ fn no_control_socket_from_a_host_network_container() {
     assert!(out.success(), "{out:?}");
     assert!(out.stdout.starts_with("uid 0 0"), "{out:?}");
     assert_nothing_reachable(&out.stdout, &decoy_inode, &pod);
-    remove_victim(&ctd);
+    rund_tests::victim::remove(&ctd);
     assert_no_leaks_within(&ctd, &before, GRACE);
 }
 
