@@ -7,10 +7,11 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
+use containerd_shim_protos::api::ConnectRequest;
 use containerd_shim_protos::ttrpc::Code;
 use rund_tests::faults::probe::{fd_count, nofile, set_soft_nofile};
 use rund_tests::ocispec::is_alive;
-use rund_tests::shim::{exec_process, exec_request, status_of, unique_id, Bundle, Direct};
+use rund_tests::shim::{ctx, exec_process, exec_request, status_of, unique_id, Bundle, Direct};
 use rund_tests::{rund_bins_or_skip, shared_busybox_rootfs, RundBins};
 
 fn setup(test: &str) -> Option<RundBins> {
@@ -88,27 +89,49 @@ async fn out_of_fds_create_fails_clearly_and_logging_goes_on() {
     let d = direct(&bins, "nofd", &["true"]).await;
     let pid = d.shim.pid;
     let (soft, _) = nofile(pid);
-    // Not one fd left: Create fails, and so would any per-line dup of the log.
-    set_soft_nofile(pid, fd_count(pid).unwrap() as u64);
-    let err = d.create().await.expect_err("Create without fds");
-    let (code, msg) =
-        status_of(&err).unwrap_or_else(|| panic!("an answer, not a transport error: {err:?}"));
-    assert_ne!(code, Code::OK);
-    assert!(
-        msg.contains("Too many open files"),
-        "the error names the cause: {msg}"
-    );
-    assert!(is_alive(pid), "the shim survives");
+    // An answered call first: the shim has accepted our connection, so the limit below
+    // cannot stop it from reading the Create (the connection would wait, unaccepted).
+    let req = ConnectRequest {
+        id: d.bundle.id.clone(),
+        ..Default::default()
+    };
+    d.shim.task.connect(ctx(), &req).await.unwrap();
+    // From not one fd left upwards: each Create fails naming the cause (and so would any
+    // per-line dup of the log), until enough fds are left for it to work.
+    let base = fd_count(pid).unwrap() as u64;
+    let mut failures = 0;
+    let mut created = false;
+    for spare in 0..=64 {
+        set_soft_nofile(pid, base + spare);
+        let Err(err) = d.create().await else {
+            eprintln!("Create worked with {spare} fds to spare");
+            created = true;
+            break;
+        };
+        failures += 1;
+        let (code, msg) = status_of(&err).unwrap_or_else(|| {
+            panic!("{spare} spare fds: an answer, not a transport error: {err:?}")
+        });
+        assert_ne!(code, Code::OK);
+        assert!(
+            msg.contains("Too many open files"),
+            "{spare} spare fds: the error names the cause: {msg}"
+        );
+        assert!(is_alive(pid), "the shim survives");
+    }
     set_soft_nofile(pid, soft);
+    assert!(failures > 0, "Create worked without one fd to spare");
     assert!(
         d.bundle.log().contains("create failed"),
         "the failure was logged: {}",
         d.bundle.log()
     );
-    // Nothing of the failed Create is in the way.
-    d.create()
-        .await
-        .unwrap_or_else(|e| panic!("{e:?}\n{}", d.diagnostics()));
+    // Nothing of the failed Creates is in the way.
+    if !created {
+        d.create()
+            .await
+            .unwrap_or_else(|e| panic!("{e:?}\n{}", d.diagnostics()));
+    }
     d.start_process("").await.unwrap();
     assert_eq!(d.wait_process("").await.unwrap().exit_status, 0);
     d.delete_process("").await.unwrap();

@@ -202,11 +202,12 @@ fn remap_fds(fds: &[RawFd; 3]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Moves `fd` above the numbers the child's fd remapping uses (3-5 and
-/// its temporaries), so the exec path `/proc/self/fd/N` survives it.
+/// Moves `fd` above 3-5, the numbers the child's dup2s overwrite, so the exec
+/// path `/proc/self/fd/N` survives them. The lowest such number: a higher
+/// floor fails (EINVAL) whenever RLIMIT_NOFILE is below it.
 fn high_fd(fd: OwnedFd) -> Result<OwnedFd, SandboxError> {
     // SAFETY: fcntl(F_DUPFD_CLOEXEC) on an fd we own; returns a new fd or -1.
-    let n = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 100) };
+    let n = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 6) };
     if n < 0 {
         return Err(SandboxError::Spawn(format!(
             "dup agent binary fd: {}",
