@@ -174,6 +174,9 @@ fn concurrent_starts_claim_warm_slots_and_delete_recycles_them() {
         let total = r["total"].as_f64().unwrap();
         assert!(cg > 0.0 && cg < total, "{r}");
         assert!(r["extra"]["cgroup_cpu"].as_f64().unwrap() > 0.0, "{r}");
+        // Made in the background: its own time, beside the critical path's wait for it.
+        let made = r["extra"]["cgroup_made"].as_f64().unwrap();
+        assert!(made > 0.0 && made < total, "{r}");
     }
 
     for id in &ids {

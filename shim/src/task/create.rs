@@ -1,6 +1,7 @@
 //! Create: a pipeline of steps, each registering its undo (see `undo.rs`):
+//! the cgroup (made in the background from the start, `early_cgroup.rs`),
 //! sandbox (with its user namespace lease), devices and the write_bw gate,
-//! rootfs, cgroup, stdio, the agent's process, placement, and the
+//! rootfs, stdio, the agent's process, placement, and the
 //! runtime-namespace hooks. The container id is reserved at entry.
 
 use std::path::{Path, PathBuf};
@@ -11,13 +12,13 @@ use oci_spec::runtime::Spec;
 use rund_proto::fdpass::FdKind;
 use rund_proto::ContainerOptions;
 
+use super::early_cgroup;
 use super::namespaces;
 use super::phases::Phases;
 use super::spawn::{self, Spawn};
 use super::state::{Container, Process};
 use super::undo::Undo;
 use super::Service;
-use crate::cgroups::{self, ContainerCgroup};
 use crate::error::{Result, ShimError};
 use crate::io;
 use crate::rlimit::memlock;
@@ -90,12 +91,9 @@ async fn steps(
         Role::Standalone | Role::PodSandbox => Some(super::pod::claim_first(svc, req)?),
         Role::PodContainer { .. } => None,
     };
-    // Find the cgroup hierarchies (once per shim) while the sandbox starts.
-    let cgroups_ready = {
-        let svc = svc.clone();
-        tokio::task::spawn_blocking(move || svc.cgroups())
-    };
     let mut phases = Phases::start();
+    // Made at its exact path while the sandbox and the rootfs are set up.
+    let early = early_cgroup::start(svc, &spec, &req.id, undo);
     let sandbox = match (&role, claim) {
         (_, Some(claim)) => super::pod::start(svc, claim, req, bundle, &spec, undo).await?,
         (Role::Standalone | Role::PodSandbox, None) => unreachable!("claimed above"),
@@ -117,8 +115,9 @@ async fn steps(
     let stdio = io::Stdio::of(&req.stdin, &req.stdout, &req.stderr, req.terminal);
     if role == Role::PodSandbox {
         // The agent plays the pod's sandbox container: its cgroup is the agent's.
-        let cg = cgroup(cgroups_ready, &spec, &req.id, undo).await?;
+        let (cg, made) = early.ready(&spec).await?;
         phases.mark("cgroup");
+        phases.extra("cgroup_made", made);
         cg.add_pid(sandbox.pid()).await?;
         phases.mark("place");
         phases.record(&req.id, config.trace.phases_file.as_deref());
@@ -171,8 +170,9 @@ async fn steps(
     phases.mark("rootfs");
     crate::failpoint::hit("create:rootfs", &req.id);
 
-    let cg = cgroup(cgroups_ready, &spec, &req.id, undo).await?;
+    let (cg, made) = early.ready(&spec).await?;
     phases.mark("cgroup");
+    phases.extra("cgroup_made", made);
     phases.extra("cgroup_cpu", cg.create_cpu);
     crate::failpoint::hit("create:cgroup", &req.id);
     // Binds of the container's own cgroup (indices shift), then host /sys
@@ -270,29 +270,4 @@ async fn steps(
         Some(cg),
         init,
     ))
-}
-
-/// The container's cgroup (claimed or made), destroyed again on undo.
-async fn cgroup(
-    ready: tokio::task::JoinHandle<Result<Arc<rund_cgroup::Cgroups>>>,
-    spec: &Spec,
-    id: &str,
-    undo: &mut Undo,
-) -> Result<ContainerCgroup> {
-    let cgroups = ready
-        .await
-        .map_err(|e| ShimError::Internal(format!("cgroup set-up task: {e}")))??;
-    let cg = ContainerCgroup::create(
-        &cgroups,
-        &cgroups::path_for(spec, id),
-        cgroups::resources_for(spec),
-    )
-    .await?;
-    let c = cg.clone();
-    undo.push("cgroup", async move {
-        if let Err(e) = c.remove().await {
-            tracing::warn!("undo cgroup: {e}");
-        }
-    });
-    Ok(cg)
 }

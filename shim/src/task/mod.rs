@@ -2,6 +2,7 @@
 
 mod create;
 mod devices;
+mod early_cgroup;
 pub mod events;
 mod exec;
 mod lifecycle;

@@ -1,0 +1,92 @@
+//! The container's cgroup, made (or claimed) in the background from the
+//! start of Create, so its mkdirs and writes overlap the agent's start and
+//! the rootfs set-up instead of adding to them. Its undo is registered at
+//! once: whichever step fails, a cgroup that got made is removed.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use oci_spec::runtime::{LinuxResources, Spec};
+use tokio::task::JoinHandle;
+
+use super::undo::Undo;
+use super::Service;
+use crate::cgroups::{self, ContainerCgroup};
+use crate::error::{Result, ShimError};
+
+type Made = Result<(ContainerCgroup, Duration)>;
+
+enum Slot {
+    Pending(JoinHandle<Made>),
+    Ready(ContainerCgroup),
+    Gone,
+}
+
+pub struct EarlyCgroup {
+    slot: Arc<Mutex<Slot>>,
+    /// The device rules it was made with: devices added later are applied.
+    devices: Option<Vec<oci_spec::runtime::LinuxDeviceCgroup>>,
+}
+
+/// The cgroup the container with this spec needs, at its exact path.
+pub fn start(svc: &Arc<Service>, spec: &Spec, id: &str, undo: &mut Undo) -> EarlyCgroup {
+    let path = cgroups::path_for(spec, id);
+    let res = cgroups::resources_for(spec);
+    let devices = res.devices().clone();
+    let svc = svc.clone();
+    let handle = tokio::spawn(async move {
+        let t0 = Instant::now();
+        let all = {
+            let svc = svc.clone();
+            tokio::task::spawn_blocking(move || svc.cgroups())
+                .await
+                .map_err(|e| ShimError::Internal(format!("cgroup set-up task: {e}")))??
+        };
+        let cg = ContainerCgroup::create(&all, &path, res).await?;
+        Ok((cg, t0.elapsed()))
+    });
+    let slot = Arc::new(Mutex::new(Slot::Pending(handle)));
+    let s = slot.clone();
+    undo.push("cgroup", async move {
+        let taken = std::mem::replace(&mut *lock(&s), Slot::Gone);
+        let cg = match taken {
+            Slot::Pending(h) => match h.await {
+                Ok(Ok((cg, _))) => cg,
+                _ => return,
+            },
+            Slot::Ready(cg) => cg,
+            Slot::Gone => return,
+        };
+        if let Err(e) = cg.remove().await {
+            tracing::warn!("undo cgroup: {e}");
+        }
+    });
+    EarlyCgroup { slot, devices }
+}
+
+fn lock(s: &Mutex<Slot>) -> std::sync::MutexGuard<'_, Slot> {
+    s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl EarlyCgroup {
+    /// Waits for the cgroup; returns it and how long making it took. Device
+    /// rules that `spec` gained since the start (injected devices) are added.
+    pub async fn ready(&self, spec: &Spec) -> Result<(ContainerCgroup, Duration)> {
+        let taken = std::mem::replace(&mut *lock(&self.slot), Slot::Gone);
+        let (cg, took) = match taken {
+            Slot::Pending(h) => h
+                .await
+                .map_err(|e| ShimError::Internal(format!("cgroup task: {e}")))??,
+            Slot::Ready(cg) => (cg, Duration::ZERO),
+            Slot::Gone => return Err(ShimError::Internal("cgroup already taken".into())),
+        };
+        *lock(&self.slot) = Slot::Ready(cg.clone());
+        let now = cgroups::resources_for(spec).devices().clone();
+        if now != self.devices {
+            let mut res = LinuxResources::default();
+            res.set_devices(now);
+            cg.update(res).await?;
+        }
+        Ok((cg, took))
+    }
+}
