@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use containerd_shim::Flags;
+use super::flags::Flags;
 use containerd_shim_protos::api::DeleteResponse;
 use containerd_shim_protos::protobuf::Message;
 

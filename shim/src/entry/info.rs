@@ -23,14 +23,18 @@ fn features() -> serde_json::Value {
     })
 }
 
+use super::error::EntryError;
+
 type WireResult = containerd_shim_protos::protobuf::Result<()>;
 
-fn message(f: impl FnOnce(&mut CodedOutputStream<'_>) -> WireResult) -> Result<Vec<u8>, String> {
+fn message(
+    f: impl FnOnce(&mut CodedOutputStream<'_>) -> WireResult,
+) -> Result<Vec<u8>, EntryError> {
     let mut v = Vec::new();
     {
         let mut out = CodedOutputStream::vec(&mut v);
-        f(&mut out).map_err(|e| e.to_string())?;
-        out.flush().map_err(|e| e.to_string())?;
+        f(&mut out).map_err(EntryError::Encode)?;
+        out.flush().map_err(EntryError::Encode)?;
     }
     Ok(v)
 }
@@ -38,9 +42,9 @@ fn message(f: impl FnOnce(&mut CodedOutputStream<'_>) -> WireResult) -> Result<V
 /// The RuntimeInfo bytes: name (1), version (2: version 1, revision 2) and
 /// features (4: an Any of the JSON document). Options (3) are not echoed:
 /// rund reads only `ConfigPath` from them.
-pub fn runtime_info() -> Result<Vec<u8>, String> {
+pub fn runtime_info() -> Result<Vec<u8>, EntryError> {
     let version = message(|o| o.write_string(1, env!("CARGO_PKG_VERSION")))?;
-    let doc = serde_json::to_vec(&features()).map_err(|e| e.to_string())?;
+    let doc = features().to_string().into_bytes();
     let any = message(|o| {
         o.write_string(1, FEATURES_TYPE_URL)?;
         o.write_bytes(2, &doc)
@@ -52,14 +56,14 @@ pub fn runtime_info() -> Result<Vec<u8>, String> {
     })
 }
 
-pub fn run() -> Result<(), String> {
+pub fn run() -> Result<(), EntryError> {
     use std::io::Write;
     // The options on stdin are not needed: drain nothing, answer at once.
     let bytes = runtime_info()?;
     let mut out = std::io::stdout().lock();
     out.write_all(&bytes)
         .and_then(|()| out.flush())
-        .map_err(|e| format!("write runtime info: {e}"))
+        .map_err(EntryError::Write)
 }
 
 #[cfg(test)]

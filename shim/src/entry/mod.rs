@@ -4,17 +4,20 @@
 pub mod bootstrap;
 pub mod delete;
 pub mod error;
+pub mod flags;
 pub mod info;
 pub mod logging;
 pub mod record;
 pub mod serve;
 pub mod start;
 
-use containerd_shim::Flags;
+use flags::Flags;
 
 pub fn main() -> i32 {
-    let args: Vec<_> = std::env::args_os().collect();
-    let flags = match containerd_shim::parse(&args[1..]) {
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let flags = match flags::parse(&args[1..]) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("containerd-shim-rund-v2: {e}");
@@ -54,5 +57,5 @@ pub fn main() -> i32 {
 
 /// The shim's ttrpc address for a grouping id (one shim per pod).
 pub fn socket_address(flags: &Flags, grouping: &str) -> String {
-    containerd_shim::socket_address(&flags.address, &flags.namespace, grouping)
+    flags::socket_address(&flags.address, &flags.namespace, grouping)
 }

@@ -6,14 +6,15 @@ use std::os::unix::net::UnixListener;
 use std::path::Path;
 use std::sync::Arc;
 
-use containerd_shim::{ExitSignal, Flags};
 use containerd_shim_protos::shim_async::create_task;
 use containerd_shim_protos::ttrpc::r#async::transport::Listener;
 use containerd_shim_protos::ttrpc::r#async::Server;
 
 use super::error::EntryError;
+use super::flags::Flags;
 use crate::config::RundConfig;
 use crate::task::events::Events;
+use crate::task::exit_signal::ExitSignal;
 use crate::task::publish::Publisher;
 use crate::task::Service;
 

@@ -9,7 +9,7 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use containerd_shim::Flags;
+use super::flags::Flags;
 
 use super::bootstrap;
 use super::error::EntryError;

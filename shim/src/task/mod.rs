@@ -5,6 +5,7 @@ mod devices;
 mod early_cgroup;
 pub mod events;
 mod exec;
+pub mod exit_signal;
 mod lifecycle;
 mod namespaces;
 pub(crate) mod options;
@@ -22,7 +23,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use containerd_shim::ExitSignal;
 use containerd_shim_protos::api::*;
 use containerd_shim_protos::shim_async::Task;
 use containerd_shim_protos::ttrpc::r#async::TtrpcContext;
@@ -42,7 +42,7 @@ pub struct Service {
     /// Container ids whose Create is in flight.
     creating: std::sync::Mutex<HashSet<String>>,
     pub(crate) sandbox: std::sync::Mutex<pod::Slot>,
-    pub(crate) exit: Arc<ExitSignal>,
+    pub(crate) exit: Arc<exit_signal::ExitSignal>,
     pub(crate) debug: bool,
     /// The node's cgroups (with the pool), made on first use from the config
     /// in force; the error says why if unusable.
@@ -50,7 +50,12 @@ pub struct Service {
 }
 
 impl Service {
-    pub fn new(config: RundConfig, events: Events, exit: Arc<ExitSignal>, debug: bool) -> Self {
+    pub fn new(
+        config: RundConfig,
+        events: Events,
+        exit: Arc<exit_signal::ExitSignal>,
+        debug: bool,
+    ) -> Self {
         Service {
             cgroups: std::sync::Mutex::new(None),
             config: std::sync::RwLock::new(Arc::new(config)),
