@@ -7,7 +7,7 @@ use oci_spec::runtime::{LinuxIdMapping, PosixRlimitType};
 use rund_shim::config::RemapMode;
 use rund_shim::policy::limits::{check_memlock, grace_seconds, LimitError};
 use rund_shim::rlimit::memlock::{parse_limit, with_default, ANN_MEMLOCK};
-use rund_shim::sandbox::idmap::IdMapping;
+use rund_shim::userns::idmap::IdMapping;
 use rund_shim::spec::{self, ANN_GRACE};
 use rund_shim::userns::{
     decide, pod_asks, BindsMode, UsernsError, UsernsMode, ANN_USERNS, ANN_USERNS_BINDS,

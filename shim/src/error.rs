@@ -79,7 +79,9 @@ impl ShimError {
                 status: ttrpc::Error::RpcStatus(s),
                 ..
             }) => s.code(),
-            ShimError::Sandbox(SandboxError::BadMapping(_)) => Code::INVALID_ARGUMENT,
+            ShimError::Sandbox(SandboxError::IdMap(e)) if e.is_bad_input() => {
+                Code::INVALID_ARGUMENT
+            }
             ShimError::Io(IoError::Scheme(..)) => Code::UNIMPLEMENTED,
             _ => Code::INTERNAL,
         }

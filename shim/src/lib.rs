@@ -2,14 +2,17 @@
 
 pub mod cgroups;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod entry;
 pub mod error;
 pub mod failpoint;
 pub mod hooks;
 pub mod io;
+pub mod logging;
 pub mod policy;
 pub mod protowire;
+pub mod record;
 pub mod rlimit;
 pub mod rootfs;
 pub mod sandbox;

@@ -11,7 +11,7 @@ use std::process::Command;
 use nix::mount::{mount, MsFlags};
 use nix::sched::{unshare, CloneFlags};
 use nix::sys::stat::fstatat;
-use rund_shim::sandbox::idmap::IdMapping;
+use rund_shim::userns::idmap::IdMapping;
 use rund_shim::userns::{attach, idmapped_clone, userns_of_pid, userns_with_maps, UsernsError};
 
 const BASE: u32 = 1_000_000;

@@ -5,6 +5,7 @@
 //! on top of this crate.
 
 pub mod mount;
+pub mod ns;
 pub mod process;
 pub mod procfs;
 pub mod rlimit;

@@ -12,10 +12,11 @@ use super::flags::Flags;
 use containerd_shim_protos::api::DeleteResponse;
 use containerd_shim_protos::protobuf::Message;
 
+use crate::clock::now_ns;
 use crate::config::RundConfig;
 use crate::entry::error::EntryError;
-use crate::entry::record;
-use crate::task::events::{now_ns, timestamp_ns};
+use crate::record;
+use crate::task::events::timestamp_ns;
 
 pub fn run(flags: &Flags) -> Result<(), EntryError> {
     let bundle = std::env::current_dir().map_err(EntryError::Cwd)?;

@@ -6,8 +6,6 @@ pub mod delete;
 pub mod error;
 pub mod flags;
 pub mod info;
-pub mod logging;
-pub mod record;
 pub mod serve;
 pub mod start;
 

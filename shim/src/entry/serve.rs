@@ -46,7 +46,7 @@ async fn serve(flags: Flags) -> Result<(), EntryError> {
     if flags.socket.is_empty() {
         return Err(EntryError::NoSocket);
     }
-    super::logging::init(flags.debug);
+    crate::logging::init(flags.debug);
     // SAFETY: ignoring SIGPIPE only changes this process's disposition.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     let config = RundConfig::load(None)?;

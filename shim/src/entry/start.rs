@@ -27,7 +27,7 @@ pub fn run(flags: &Flags) -> Result<(), EntryError> {
     // sandbox API has no Create that would carry them, and `delete` gets none.
     let config_path = config_path_from_stdin();
     if let Some(p) = &config_path {
-        let _ = super::record::config_path(&bundle, p);
+        let _ = crate::record::config_path(&bundle, p);
     }
     let address = super::socket_address(flags, &grouping);
     let reply = bootstrap::choose(&flags.publish_binary);

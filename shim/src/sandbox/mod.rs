@@ -1,15 +1,26 @@
 //! The sandbox: one `rund-agent` (PID 1 of new namespaces) per pod, spawned
 //! and driven by the shim.
+//!
+//! [`Sandbox`] is a live sandbox as the shim sees it: the agent, its
+//! namespaces, and its exit (the agent is our child once the launcher
+//! exits: we are a subreaper).
 
-pub mod client;
-pub mod handle;
-pub mod idmap;
-pub mod nsfd;
+pub mod agent;
 pub mod pidmap;
 pub mod spawn;
 
-pub use client::Agent;
-pub use handle::Sandbox;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::Pid;
+use rund_sys::ns as nsfd;
+use spawn::SpawnPlan;
+use tokio::sync::watch;
+
+pub use agent::Agent;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
@@ -18,7 +29,7 @@ pub enum SandboxError {
     #[error("sandbox agent: {0}")]
     Agent(String),
     #[error("user namespace mapping: {0}")]
-    BadMapping(String),
+    IdMap(#[from] crate::userns::idmap::IdMapError),
     #[error("agent rpc {rpc}: {status}")]
     Rpc {
         rpc: &'static str,
@@ -32,4 +43,169 @@ pub enum SandboxError {
     Namespace(String),
     #[error("the sandbox agent has exited")]
     Gone,
+}
+
+/// Opens the namespace file `path`, which must be of `kind`.
+pub fn open_ns(kind: &str, path: &std::path::Path) -> Result<std::os::fd::OwnedFd, SandboxError> {
+    rund_sys::ns::open_ns(kind, path).map_err(|e| {
+        SandboxError::Namespace(format!("namespace path {} for {kind}: {e}", path.display()))
+    })
+}
+
+/// The sandbox's user namespace, when it has one.
+pub struct UsernsInfo {
+    /// Host uid/gid of container root.
+    pub host_root: u32,
+    /// Leased id range, released when the sandbox goes.
+    pub lease: Option<crate::userns::LeaseStore>,
+}
+
+pub struct Sandbox {
+    pub id: String,
+    pub agent: Agent,
+    pub grace: Duration,
+    pub userns: bool,
+    pub userns_info: Option<UsernsInfo>,
+    /// The sandbox made its own network namespace (so, under a user
+    /// namespace, containers can mount sysfs).
+    pub owns_net: bool,
+    /// hostPID: the agent runs in the host pid namespace.
+    pub host_pid: bool,
+    ns_ids: HashMap<String, (u64, u64)>,
+    exit: watch::Sender<Option<(u32, i64)>>,
+}
+
+impl Sandbox {
+    pub async fn start(
+        plan: SpawnPlan,
+        grace: Duration,
+        userns_info: Option<UsernsInfo>,
+    ) -> Result<Arc<Sandbox>, SandboxError> {
+        let id = plan.config.sandbox_id.clone();
+        let userns = plan.config.userns;
+        let owns_net = plan.config.new_net;
+        let host_pid = plan.config.host_pid;
+        let spawned = spawn::spawn(plan).await?;
+        let pid = spawned.pid;
+        let agent = match Agent::connect(spawned).await {
+            Ok(a) => a,
+            Err(e) => {
+                spawn::kill_and_reap(pid);
+                return Err(e);
+            }
+        };
+        let mut ns_ids = HashMap::new();
+        for kind in ["pid", "net", "ipc", "uts", "cgroup", "user"] {
+            if let Some(idv) = nsfd::ns_id(Path::new(&format!("/proc/{pid}/ns/{kind}"))) {
+                ns_ids.insert(kind.to_string(), idv);
+            }
+        }
+        if let Some(lease) = userns_info.as_ref().and_then(|u| u.lease.as_ref()) {
+            // The lease now lives as long as the agent.
+            if let Err(e) = lease.adopt(&id, pid) {
+                tracing::warn!(sandbox = %id, "userns lease adopt: {e}");
+            }
+        }
+        let sandbox = Arc::new(Sandbox {
+            id,
+            agent,
+            grace,
+            userns,
+            userns_info,
+            owns_net,
+            host_pid,
+            ns_ids,
+            exit: watch::channel(None).0,
+        });
+        if let Err(e) = watch_agent(sandbox.clone()) {
+            spawn::kill_and_reap(pid);
+            return Err(e);
+        }
+        Ok(sandbox)
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.agent.pid
+    }
+
+    /// Is `path` the sandbox's own namespace of `kind`?
+    pub fn is_own_ns(&self, kind: &str, path: &Path) -> bool {
+        match (self.ns_ids.get(kind), nsfd::ns_id(path)) {
+            (Some(a), Some(b)) => *a == b,
+            _ => false,
+        }
+    }
+
+    pub fn exited(&self) -> Option<(u32, i64)> {
+        *self.exit.borrow()
+    }
+
+    /// Waits for the agent to exit: (exit status, time in ns).
+    pub async fn wait_exit(&self) -> (u32, i64) {
+        let mut rx = self.exit.subscribe();
+        loop {
+            if let Some(e) = *rx.borrow_and_update() {
+                return e;
+            }
+            if rx.changed().await.is_err() {
+                return (255, crate::clock::now_ns());
+            }
+        }
+    }
+
+    /// TERM, grace, KILL inside the sandbox; then make sure the agent is gone.
+    pub async fn teardown(&self, grace: Duration) {
+        self.stop(grace).await;
+        if let Some(lease) = self.userns_info.as_ref().and_then(|u| u.lease.as_ref()) {
+            if let Err(e) = lease.release(&self.id) {
+                tracing::warn!(sandbox = %self.id, "userns lease release: {e}");
+            }
+        }
+    }
+
+    async fn stop(&self, grace: Duration) {
+        if self.exited().is_some() {
+            return;
+        }
+        let destroyed = self.agent.destroy(grace).await;
+        let waited = tokio::time::timeout(Duration::from_secs(5), self.wait_exit()).await;
+        match (&destroyed, waited.is_ok()) {
+            (Ok(()), _) => {}
+            // The agent exits right after answering: a closed connection is
+            // the expected end, once it has really exited.
+            (Err(e), true) => tracing::debug!(sandbox = %self.id, "DestroySandbox: {e}"),
+            (Err(e), false) => {
+                tracing::warn!(sandbox = %self.id, "DestroySandbox: {e}; killing the agent")
+            }
+        }
+        if waited.is_err() {
+            let _ = nix::sys::signal::kill(
+                Pid::from_raw(self.pid()),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            let _ = tokio::time::timeout(Duration::from_secs(5), self.wait_exit()).await;
+        }
+    }
+}
+
+/// Reaps the agent when it exits and records its status.
+fn watch_agent(sandbox: Arc<Sandbox>) -> Result<(), SandboxError> {
+    let pid = sandbox.pid();
+    let pidfd = rund_sys::process::pidfd_open(pid).map_err(|e| {
+        SandboxError::Spawn(format!("pidfd_open({pid}): {}", std::io::Error::from(e)))
+    })?;
+    let fd = crate::io::async_fd(pidfd).map_err(|e| SandboxError::Spawn(format!("pidfd: {e}")))?;
+    tokio::spawn(async move {
+        let _ = fd.readable().await;
+        let status = match waitpid(Pid::from_raw(pid), None) {
+            Ok(WaitStatus::Exited(_, code)) => code as u32,
+            Ok(WaitStatus::Signaled(_, sig, _)) => 128 + sig as u32,
+            _ => 255,
+        };
+        tracing::info!(sandbox = %sandbox.id, pid, status, "sandbox agent exited");
+        sandbox
+            .exit
+            .send_replace(Some((status, crate::clock::now_ns())));
+    });
+    Ok(())
 }

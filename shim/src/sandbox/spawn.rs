@@ -10,8 +10,8 @@ use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use rund_proto::fdpass::{self, FdHeader, FdKind};
 use rund_proto::launch::{self, LaunchConfig, SyncMsg};
 
-use super::idmap::IdMapping;
 use super::SandboxError;
+use crate::userns::idmap::{self, IdMapping};
 
 /// Everything the shim decided about a new sandbox.
 pub struct SpawnPlan {
@@ -151,9 +151,9 @@ fn handshake(
         match msg {
             SyncMsg::UsernsReady { pid } => {
                 if plan.join.iter().any(|(kind, _)| kind == "user") {
-                    super::idmap::check_maps(pid, &plan.uid_map, &plan.gid_map)?;
+                    idmap::check_maps(pid, &plan.uid_map, &plan.gid_map)?;
                 } else {
-                    super::idmap::write_maps(pid, &plan.uid_map, &plan.gid_map)?;
+                    idmap::write_maps(pid, &plan.uid_map, &plan.gid_map)?;
                 }
                 launch::send_json(sync.as_fd(), &SyncMsg::MapsWritten)
                     .map_err(|e| SandboxError::Spawn(e.to_string()))?;

@@ -21,8 +21,9 @@ use containerd_shim_protos::ttrpc::r#async::TtrpcContext;
 use containerd_shim_protos::ttrpc::{self, Result as TtrpcResult};
 use containerd_shim_protos::types::platform::Platform;
 
+use crate::clock::now_ns;
 use crate::error::ShimError;
-use crate::task::events::{now_ns, timestamp_ns};
+use crate::task::events::timestamp_ns;
 use crate::task::Service;
 
 /// What CreateSandbox prepared and StartSandbox started.

@@ -142,7 +142,7 @@ async fn steps(
     }
     let rlimits = devices.rlimits.clone();
     crate::rlimit::validate(&rlimits)?;
-    let binds = super::userns::container_binds(&spec, svc, &sandbox, &req.id)?;
+    let binds = super::remap::container_binds(&spec, svc, &sandbox, &req.id)?;
 
     let root_path = spec
         .root()
@@ -153,11 +153,9 @@ async fn steps(
     // the shim's one runtime thread.
     let (root_tree, mounted) = {
         let (b, mounts, sb) = (bundle.to_path_buf(), req.rootfs.clone(), sandbox.clone());
-        tokio::task::spawn_blocking(move || {
-            super::userns::rootfs_tree(&b, &mounts, &root_path, &sb)
-        })
-        .await
-        .map_err(|e| ShimError::Internal(format!("rootfs task: {e}")))??
+        tokio::task::spawn_blocking(move || super::remap::rootfs_tree(&b, &mounts, &root_path, &sb))
+            .await
+            .map_err(|e| ShimError::Internal(format!("rootfs task: {e}")))??
     };
     if mounted {
         let b = bundle.to_path_buf();
@@ -179,7 +177,7 @@ async fn steps(
     // binds (in place): both cloned plainly.
     let own_cgroup = spec::cgroupfs::OwnCgroup::of(cg.dirs());
     let mut host_sysfs = spec::cgroupfs::expand(&mut spec, &own_cgroup, sandbox.userns);
-    host_sysfs.extend(super::userns::sysfs_to_bind(&mut spec, &sandbox));
+    host_sysfs.extend(super::remap::sysfs_to_bind(&mut spec, &sandbox));
 
     let (plan, ns_fds) = namespaces::plan(&spec, &role, &sandbox)?;
     let pause = crate::hooks::needs_pause(&spec);
@@ -191,7 +189,7 @@ async fn steps(
         bundle: bundle.display().to_string(),
         ..Default::default()
     };
-    super::userns::check_mount_idmaps(&spec, &sandbox, binds)?;
+    super::remap::check_mount_idmaps(&spec, &sandbox, binds)?;
     let mut owned = vec![(FdKind::Rootfs, root_tree)];
     for (i, m) in spec.mounts().iter().flatten().enumerate() {
         if !rund_sys::mount::is_bind(
@@ -213,7 +211,7 @@ async fn steps(
         let tree = if host_sysfs.contains(&i) {
             rootfs::open_tree_clone(&src, recursive)?
         } else {
-            super::userns::bind_tree(&src, recursive, &sandbox, binds)?
+            super::remap::bind_tree(&src, recursive, &sandbox, binds)?
         };
         owned.push((FdKind::Mount(i), tree));
     }

@@ -27,13 +27,6 @@ pub fn timestamp_ns(ns: i64) -> Timestamp {
     t
 }
 
-pub fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
-}
-
 impl Events {
     pub fn new(publisher: Option<Publisher>, namespace: String) -> Self {
         Events {

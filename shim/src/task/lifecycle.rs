@@ -86,7 +86,7 @@ fn spawn_exit_watch(svc: Arc<Service>, c: Arc<Container>, p: Arc<Process>, sb: A
                     tracing::warn!(id = %c.id, exec = %p.exec_id, "wait: {e}; reporting 137");
                     ExitInfo {
                         status: 137,
-                        at_ns: super::events::now_ns(),
+                        at_ns: crate::clock::now_ns(),
                     }
                 }
             }
@@ -189,7 +189,7 @@ pub async fn delete(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<Delet
         }
         p.set_exit(ExitInfo {
             status: 137,
-            at_ns: super::events::now_ns(),
+            at_ns: crate::clock::now_ns(),
         });
     }
     let e = p.exit().expect("exit set above");

@@ -13,11 +13,11 @@ pub use options::config_path;
 mod phases;
 mod pod;
 pub mod publish;
+mod remap;
 mod resources;
 mod spawn;
 pub mod state;
 mod undo;
-mod userns;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

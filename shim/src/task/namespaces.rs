@@ -8,7 +8,7 @@ use oci_spec::runtime::Spec;
 use rund_proto::{NamespacePlan, NsSource};
 
 use crate::error::{Result, ShimError};
-use crate::sandbox::{nsfd, Sandbox};
+use crate::sandbox::{self, Sandbox};
 use crate::spec::namespaces::{request, NsRequest};
 use crate::spec::Role;
 
@@ -61,7 +61,7 @@ fn join_or_share(
         }
         return Ok(NsSource::NS_SANDBOX);
     }
-    let fd = nsfd::open_ns(kind, &path)?;
+    let fd = sandbox::open_ns(kind, &path)?;
     fds.push((kind.to_string(), fd));
     Ok(NsSource::NS_FD)
 }

@@ -14,7 +14,7 @@ use super::undo::Undo;
 use super::Service;
 use crate::error::{Result, ShimError};
 use crate::sandbox::spawn::SpawnPlan;
-use crate::sandbox::{nsfd, Sandbox};
+use crate::sandbox::{self, Sandbox};
 use crate::spec;
 
 /// The shim's one sandbox.
@@ -92,13 +92,13 @@ pub async fn start(
     let ns = spec::namespaces::sandbox_namespaces(spec)?;
     let mut join = Vec::new();
     for (kind, path) in &ns.join {
-        join.push((kind.clone(), nsfd::open_ns(kind, path)?));
+        join.push((kind.clone(), sandbox::open_ns(kind, path)?));
     }
     let hostname = spec
         .hostname()
         .clone()
         .filter(|h| !h.is_empty() && ns.new_uts);
-    let userns = super::userns::plan(svc, spec, id, bundle, &req.rootfs).await?;
+    let userns = super::remap::plan(svc, spec, id, bundle, &req.rootfs).await?;
     let launch = LaunchConfig {
         sandbox_id: id.to_string(),
         userns: userns.is_some(),
@@ -124,7 +124,7 @@ pub async fn start(
             .map(|u| u.gid_map.clone())
             .unwrap_or_default(),
         agent_bin: config.agent_binary(),
-        log: crate::entry::logging::agent_log_fd(),
+        log: crate::logging::agent_log_fd(),
     };
     let info = userns.map(|u| u.info);
     let leased = info.as_ref().and_then(|i| i.lease.as_ref()).is_some();
@@ -138,7 +138,7 @@ pub async fn start(
         }
     };
     crate::failpoint::hit("create:sandbox", id);
-    crate::entry::record::agent(bundle, sb.pid());
+    crate::record::agent(bundle, sb.pid());
     claim.fulfil(sb.clone());
     let (s, b) = (svc.clone(), sb.clone());
     undo.push("sandbox", async move {
@@ -164,7 +164,7 @@ async fn release_lease(svc: &Arc<Service>, id: &str) {
 
 /// The pod's sysctls: the sandbox spec's (CRI pod sysctls), then what rund
 /// adds for a user-namespaced pod where the spec does not set them.
-fn pod_sysctls(spec: &Spec, userns: Option<&super::userns::Plan>) -> Vec<(String, String)> {
+fn pod_sysctls(spec: &Spec, userns: Option<&super::remap::Plan>) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = spec
         .linux()
         .as_ref()

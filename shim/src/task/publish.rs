@@ -85,7 +85,7 @@ impl Publisher {
                 source,
             })?;
         let envelope = Envelope {
-            timestamp: Some(super::events::timestamp_ns(super::events::now_ns())).into(),
+            timestamp: Some(super::events::timestamp_ns(crate::clock::now_ns())).into(),
             namespace: namespace.to_string(),
             topic: topic.to_string(),
             event: Some(Any {

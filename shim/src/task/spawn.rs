@@ -16,7 +16,7 @@ use crate::cgroups::ContainerCgroup;
 use crate::error::{Result, ShimError};
 use crate::io::{self, pty::Pty, stdin::StdinFeeder};
 use crate::rlimit::memlock::{self, OnFailure};
-use crate::sandbox::client::FdBatch;
+use crate::sandbox::agent::FdBatch;
 use crate::sandbox::{pidmap, Sandbox};
 
 /// What a process needs from the host before the agent creates it.

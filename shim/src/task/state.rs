@@ -87,7 +87,7 @@ impl Process {
             if rx.changed().await.is_err() {
                 return ExitInfo {
                     status: 255,
-                    at_ns: super::events::now_ns(),
+                    at_ns: crate::clock::now_ns(),
                 };
             }
         }

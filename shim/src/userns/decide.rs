@@ -15,10 +15,10 @@
 
 use oci_spec::runtime::{LinuxIdMapping, LinuxNamespaceType, Spec};
 
+use super::idmap::{self, IdMapping};
 use super::UsernsError;
 use crate::config::{RemapMode, UsernsConfig};
 use crate::policy::PolicyError;
-use crate::sandbox::idmap::{self, IdMapping};
 use crate::spec::annotation;
 
 pub const ANN_USERNS: &str = "rund.io/userns";
@@ -188,10 +188,7 @@ fn check(kind: &str, map: &[IdMapping]) -> Result<(), UsernsError> {
             "{kind} is empty while the other one is set: give both"
         )));
     }
-    idmap::validate(kind, map).map_err(|e| match e {
-        crate::sandbox::SandboxError::BadMapping(m) => UsernsError::Mapping(m),
-        other => UsernsError::Mapping(other.to_string()),
-    })
+    Ok(idmap::validate(kind, map)?)
 }
 
 #[cfg(test)]

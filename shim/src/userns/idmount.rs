@@ -14,7 +14,6 @@ use nix::errno::Errno;
 use rund_sys::mount::{mount_setattr, move_mount_to, MountAttr, MOUNT_ATTR_IDMAP};
 
 use super::UsernsError;
-use crate::rootfs::{open_tree_clone, RootfsError};
 
 const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
 
@@ -26,10 +25,8 @@ pub fn idmapped_clone(
     userns: BorrowedFd<'_>,
 ) -> Result<OwnedFd, UsernsError> {
     check_userns(path, userns)?;
-    let tree = open_tree_clone(path, recursive).map_err(|e| match e {
-        RootfsError::OpenTree { source, .. } => idmap_err(path, format!("open_tree: {source}")),
-        other => idmap_err(path, other.to_string()),
-    })?;
+    let tree = rund_sys::mount::clone_path(path, recursive)
+        .map_err(|e| idmap_err(path, format!("open_tree: {e}")))?;
     set_idmap(tree.as_fd(), path, recursive, userns)?;
     Ok(tree)
 }

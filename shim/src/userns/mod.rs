@@ -3,6 +3,7 @@
 //! mounts so the rootfs is remapped without a chown. See README.md.
 
 pub mod decide;
+pub mod idmap;
 pub mod idmount;
 pub mod kernelfs;
 pub mod lease;
@@ -20,7 +21,7 @@ pub use lease::{Lease, LeaseEntry, LeaseStore, Owner, RepairReport};
 pub use nsholder::{userns_of_pid, userns_with_maps};
 pub use pool::Pool;
 
-use crate::sandbox::idmap::IdMapping;
+use idmap::IdMapping;
 
 #[derive(Debug, thiserror::Error)]
 pub enum UsernsError {
@@ -56,6 +57,8 @@ pub enum UsernsError {
     Annotation { key: String, reason: String },
     #[error("spec user namespace mappings: {0}")]
     Mapping(String),
+    #[error("spec user namespace mappings: {0}")]
+    IdMap(#[from] idmap::IdMapError),
     #[error(
         "filesystem of {path} ({fstype}) does not support idmapped mounts, which a pod in a user \
          namespace needs; [userns] on_unsupported = \"host\" runs pods that did not ask for a user \
@@ -76,7 +79,7 @@ impl UsernsError {
         matches!(
             self,
             UsernsError::Annotation { .. } | UsernsError::Mapping(_)
-        )
+        ) || matches!(self, UsernsError::IdMap(e) if e.is_bad_input())
     }
 
     /// The node's policy does not allow it: PERMISSION_DENIED.

@@ -11,21 +11,20 @@ use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
+use super::idmap::{self, IdMapping};
 use super::UsernsError;
-use crate::sandbox::idmap::{self, IdMapping};
-use crate::sandbox::nsfd::open_ns;
 
 /// The user namespace of a running process (e.g. the sandbox agent).
 pub fn userns_of_pid(pid: i32) -> Result<OwnedFd, UsernsError> {
-    open_ns("user", Path::new(&format!("/proc/{pid}/ns/user")))
-        .map_err(|e| UsernsError::Namespace(e.to_string()))
+    let path = format!("/proc/{pid}/ns/user");
+    rund_sys::ns::open_ns("user", Path::new(&path))
+        .map_err(|e| UsernsError::Namespace(format!("{path}: {e}")))
 }
 
 /// A new user namespace with these maps (validated first), as an fd.
 pub fn userns_with_maps(uid: &[IdMapping], gid: &[IdMapping]) -> Result<OwnedFd, UsernsError> {
-    let bad = |e: crate::sandbox::SandboxError| UsernsError::Namespace(e.to_string());
-    idmap::validate("uid_map", uid).map_err(bad)?;
-    idmap::validate("gid_map", gid).map_err(bad)?;
+    idmap::validate("uid_map", uid)?;
+    idmap::validate("gid_map", gid)?;
     let child = Child::fork()?;
     let status = loop {
         match waitpid(child.0, Some(WaitPidFlag::WUNTRACED)) {
@@ -55,7 +54,7 @@ pub fn userns_with_maps(uid: &[IdMapping], gid: &[IdMapping]) -> Result<OwnedFd,
             )))
         }
     }
-    idmap::write_maps(child.0.as_raw(), uid, gid).map_err(bad)?;
+    idmap::write_maps(child.0.as_raw(), uid, gid)?;
     userns_of_pid(child.0.as_raw())
     // `child` is killed and reaped on drop.
 }

@@ -2,7 +2,43 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::SandboxError;
+#[derive(Debug, thiserror::Error)]
+pub enum IdMapError {
+    #[error("{kind}: no mappings")]
+    Empty { kind: String },
+    #[error("{kind}: {n} mappings, the kernel allows 340")]
+    TooMany { kind: String, n: usize },
+    #[error("{kind}[{i}]: size 0")]
+    ZeroSize { kind: String, i: usize },
+    #[error("{kind}[{i}]: range wraps past id 4294967294 (4294967295 cannot be mapped)")]
+    Wraps { kind: String, i: usize },
+    #[error("{kind}[{i}] and {kind}[{j}] overlap {place}")]
+    Overlap {
+        kind: String,
+        i: usize,
+        j: usize,
+        place: &'static str,
+    },
+    #[error("the joined user namespace's {file} is {got:?}, not the spec's {want:?}")]
+    Mismatch {
+        file: &'static str,
+        got: Vec<String>,
+        want: Vec<String>,
+    },
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+impl IdMapError {
+    /// The maps asked for are wrong (not the node failing to apply them).
+    pub fn is_bad_input(&self) -> bool {
+        !matches!(self, IdMapError::Io { .. })
+    }
+}
 
 /// One line of uid_map/gid_map: `container_id host_id size`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -21,51 +57,61 @@ pub fn render(map: &[IdMapping]) -> String {
 
 /// Rejects empty, zero-sized, wrapping or overlapping mappings with a message
 /// that names the offending entries.
-pub fn validate(kind: &str, map: &[IdMapping]) -> Result<(), SandboxError> {
+pub fn validate(kind: &str, map: &[IdMapping]) -> Result<(), IdMapError> {
     if map.is_empty() {
-        return Err(SandboxError::BadMapping(format!("{kind}: no mappings")));
+        return Err(IdMapError::Empty { kind: kind.into() });
     }
     if map.len() > 340 {
-        return Err(SandboxError::BadMapping(format!(
-            "{kind}: {} mappings, the kernel allows 340",
-            map.len()
-        )));
+        return Err(IdMapError::TooMany {
+            kind: kind.into(),
+            n: map.len(),
+        });
     }
     for (i, m) in map.iter().enumerate() {
         if m.size == 0 {
-            return Err(SandboxError::BadMapping(format!("{kind}[{i}]: size 0")));
+            return Err(IdMapError::ZeroSize {
+                kind: kind.into(),
+                i,
+            });
         }
         // The kernel refuses an extent that reaches id 2^32-1 ((uid_t)-1);
         // below that, the end fits in a u32 and the overlap test is exact.
         if m.container_id.checked_add(m.size).is_none() || m.host_id.checked_add(m.size).is_none() {
-            return Err(SandboxError::BadMapping(format!(
-                "{kind}[{i}]: range wraps past id 4294967294 (4294967295 cannot be mapped)"
-            )));
+            return Err(IdMapError::Wraps {
+                kind: kind.into(),
+                i,
+            });
         }
         for (j, o) in map.iter().enumerate().take(i) {
             let overlap =
                 |a: u32, b: u32| a < b.saturating_add(o.size) && b < a.saturating_add(m.size);
-            if overlap(m.container_id, o.container_id) {
-                return Err(SandboxError::BadMapping(format!(
-                    "{kind}[{i}] and {kind}[{j}] overlap inside the container"
-                )));
-            }
-            if overlap(m.host_id, o.host_id) {
-                return Err(SandboxError::BadMapping(format!(
-                    "{kind}[{i}] and {kind}[{j}] overlap on the host"
-                )));
-            }
+            let place = if overlap(m.container_id, o.container_id) {
+                "inside the container"
+            } else if overlap(m.host_id, o.host_id) {
+                "on the host"
+            } else {
+                continue;
+            };
+            return Err(IdMapError::Overlap {
+                kind: kind.into(),
+                i,
+                j,
+                place,
+            });
         }
     }
     Ok(())
 }
 
 /// Writes gid_map then uid_map of `pid` (which just unshared its user ns).
-pub fn write_maps(pid: i32, uid: &[IdMapping], gid: &[IdMapping]) -> Result<(), SandboxError> {
+pub fn write_maps(pid: i32, uid: &[IdMapping], gid: &[IdMapping]) -> Result<(), IdMapError> {
     for (file, map) in [("gid_map", gid), ("uid_map", uid)] {
         let path = format!("/proc/{pid}/{file}");
-        std::fs::write(&path, render(map))
-            .map_err(|e| SandboxError::BadMapping(format!("write {path}: {e}")))?;
+        std::fs::write(&path, render(map)).map_err(|source| IdMapError::Io {
+            op: "write",
+            path: path.clone(),
+            source,
+        })?;
     }
     Ok(())
 }
@@ -73,11 +119,14 @@ pub fn write_maps(pid: i32, uid: &[IdMapping], gid: &[IdMapping]) -> Result<(), 
 /// Checks that `pid`, which joined an existing user namespace, sees exactly
 /// the maps the spec gives: a path could name any namespace, and only the
 /// maps were checked against the policy.
-pub fn check_maps(pid: i32, uid: &[IdMapping], gid: &[IdMapping]) -> Result<(), SandboxError> {
+pub fn check_maps(pid: i32, uid: &[IdMapping], gid: &[IdMapping]) -> Result<(), IdMapError> {
     for (file, map) in [("uid_map", uid), ("gid_map", gid)] {
         let path = format!("/proc/{pid}/{file}");
-        let got = std::fs::read_to_string(&path)
-            .map_err(|e| SandboxError::BadMapping(format!("read {path}: {e}")))?;
+        let got = std::fs::read_to_string(&path).map_err(|source| IdMapError::Io {
+            op: "read",
+            path: path.clone(),
+            source,
+        })?;
         let norm = |t: &str| -> Vec<String> {
             t.lines()
                 .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
@@ -85,11 +134,11 @@ pub fn check_maps(pid: i32, uid: &[IdMapping], gid: &[IdMapping]) -> Result<(), 
                 .collect()
         };
         if norm(&got) != norm(&render(map)) {
-            return Err(SandboxError::BadMapping(format!(
-                "the joined user namespace's {file} is {:?}, not the spec's {:?}",
-                norm(&got),
-                norm(&render(map))
-            )));
+            return Err(IdMapError::Mismatch {
+                file,
+                got: norm(&got),
+                want: norm(&render(map)),
+            });
         }
     }
     Ok(())

@@ -1,4 +1,4 @@
-//! User namespaces at Create: the sandbox's id range (leased, or from the
+//! Remapping at Create (the user-namespace step): the sandbox's id range (leased, or from the
 //! spec), and the host-side mount trees remapped for it.
 
 use std::os::fd::{AsFd, OwnedFd};
@@ -12,9 +12,9 @@ use crate::config::{OnPrivileged, OnUnsupported, RemapMode};
 use crate::error::{Result, ShimError};
 use crate::policy::PolicyError;
 use crate::rootfs;
-use crate::sandbox::handle::UsernsInfo;
-use crate::sandbox::idmap::IdMapping;
 use crate::sandbox::Sandbox;
+use crate::sandbox::UsernsInfo;
+use crate::userns::idmap::IdMapping;
 use crate::userns::{self, BindsMode, LeaseStore, UsernsMode};
 
 /// Maps and bookkeeping for a new sandbox's user namespace.
