@@ -11,6 +11,7 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use rund_proto::fdpass::FdKind;
 
@@ -57,9 +58,9 @@ pub struct OpenedStdio {
 }
 
 /// Opens the process's stdio. Nothing stays open on error.
-pub fn open(paths: &Stdio) -> Result<OpenedStdio, IoError> {
+pub async fn open(paths: &Stdio) -> Result<OpenedStdio, IoError> {
     if paths.terminal {
-        let pty = pty::Pty::open(paths)?;
+        let pty = pty::Pty::open(paths).await?;
         let slave = pty.take_slave()?;
         return Ok(OpenedStdio {
             pass: vec![(FdKind::Console, slave)],
@@ -72,7 +73,7 @@ pub fn open(paths: &Stdio) -> Result<OpenedStdio, IoError> {
         (FdKind::Stdout, "stdout", &paths.stdout),
         (FdKind::Stderr, "stderr", &paths.stderr),
     ] {
-        if let Some(f) = open_output(what, path)? {
+        if let Some(f) = open_output(what, path).await? {
             pass.push((kind, OwnedFd::from(f)));
         }
     }
@@ -97,9 +98,23 @@ fn strip_scheme<'a>(what: &'static str, path: &'a str) -> Result<&'a str, IoErro
     }
 }
 
-/// Opens an output FIFO (or file) for writing without blocking: containerd
-/// holds the read side open before it calls Create.
-pub fn open_output(what: &'static str, path: &str) -> Result<Option<File>, IoError> {
+/// How long Create waits for the client to open an output FIFO's read side.
+const READER_WAIT: Duration = Duration::from_secs(10);
+
+/// Opens an output FIFO (or file) for writing. The client (ctr, CRI) opens
+/// the read side in the background as it calls Create, so a FIFO without a
+/// reader yet is retried: a process that wrote and exited before the reader
+/// came would lose its output with the pipe. Past `READER_WAIT` it is opened
+/// read-write (never blocks, never SIGPIPEs), as before a reader.
+pub async fn open_output(what: &'static str, path: &str) -> Result<Option<File>, IoError> {
+    open_output_within(what, path, READER_WAIT).await
+}
+
+async fn open_output_within(
+    what: &'static str,
+    path: &str,
+    reader_wait: Duration,
+) -> Result<Option<File>, IoError> {
     if path.is_empty() {
         return Ok(None);
     }
@@ -113,19 +128,29 @@ pub fn open_output(what: &'static str, path: &str) -> Result<Option<File>, IoErr
         .map(|m| std::os::unix::fs::FileTypeExt::is_fifo(&m.file_type()))
         .unwrap_or(false);
     let file = if is_fifo {
-        match OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(p)
-        {
-            Ok(f) => f,
-            // No reader yet: O_RDWR never blocks on a FIFO.
-            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => OpenOptions::new()
-                .read(true)
+        let start = Instant::now();
+        let mut pause = Duration::from_millis(1);
+        loop {
+            match OpenOptions::new()
                 .write(true)
+                .custom_flags(libc::O_NONBLOCK)
                 .open(p)
-                .map_err(err)?,
-            Err(e) => return Err(err(e)),
+            {
+                Ok(f) => break f,
+                Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+                    if start.elapsed() >= reader_wait {
+                        tracing::warn!(what, path = p, "no reader after {reader_wait:?}");
+                        break OpenOptions::new()
+                            .read(true)
+                            .write(true)
+                            .open(p)
+                            .map_err(err)?;
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                Err(e) => return Err(err(e)),
+            }
         }
     } else {
         OpenOptions::new()
@@ -172,24 +197,66 @@ pub fn async_fd_of<T: std::os::fd::AsRawFd>(v: T) -> std::io::Result<tokio::io::
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
 
-    #[test]
-    fn output_to_fifo_without_reader_does_not_block() {
-        let dir = tempfile::tempdir().unwrap();
+    fn fifo(dir: &tempfile::TempDir) -> std::path::PathBuf {
         let p = dir.path().join("out");
         nix::unistd::mkfifo(&p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-        let f = open_output("stdout", p.to_str().unwrap()).unwrap();
-        assert!(f.is_some());
+        p
     }
 
-    #[test]
-    fn unknown_scheme_is_refused() {
-        let e = open_output("stdout", "binary:///usr/bin/logger").unwrap_err();
+    #[tokio::test]
+    async fn output_waits_for_a_late_reader_so_nothing_is_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = fifo(&dir);
+        let (written_tx, written_rx) = std::sync::mpsc::channel::<()>();
+        let rp = p.clone();
+        // The client's reader comes late, as ctr's does under load.
+        let reader = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            let mut r = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&rp)
+                .unwrap();
+            written_rx.recv().unwrap();
+            let mut got = String::new();
+            let _ = r.read_to_string(&mut got);
+            got
+        });
+        // The process writes and exits at once.
+        let mut f = open_output("stdout", p.to_str().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        f.write_all(b"hi\n").unwrap();
+        drop(f);
+        written_tx.send(()).unwrap();
+        assert_eq!(reader.join().unwrap(), "hi\n");
+    }
+
+    #[tokio::test]
+    async fn output_to_fifo_without_reader_does_not_block_forever() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = fifo(&dir);
+        let t0 = Instant::now();
+        let f = open_output_within("stdout", p.to_str().unwrap(), Duration::from_millis(50))
+            .await
+            .unwrap();
+        assert!(f.is_some());
+        assert!(t0.elapsed() >= Duration::from_millis(50), "it waited first");
+    }
+
+    #[tokio::test]
+    async fn unknown_scheme_is_refused() {
+        let e = open_output("stdout", "binary:///usr/bin/logger")
+            .await
+            .unwrap_err();
         assert!(e.to_string().contains("binary://"), "{e}");
     }
 
-    #[test]
-    fn empty_path_is_none() {
-        assert!(open_output("stderr", "").unwrap().is_none());
+    #[tokio::test]
+    async fn empty_path_is_none() {
+        assert!(open_output("stderr", "").await.unwrap().is_none());
     }
 }

@@ -21,7 +21,7 @@ pub struct Pty {
 }
 
 impl Pty {
-    pub fn open(paths: &Stdio) -> Result<Pty, IoError> {
+    pub async fn open(paths: &Stdio) -> Result<Pty, IoError> {
         let pair = openpty(None, None).map_err(|e| IoError::Pty(format!("openpty: {e}")))?;
         set_cloexec(&pair.master)?;
         set_cloexec(&pair.slave)?;
@@ -29,7 +29,7 @@ impl Pty {
         let output_done = Arc::new(Notify::new());
         let done_flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stdin_close = Arc::new(Notify::new());
-        if let Some(out) = super::open_output("stdout", &paths.stdout)? {
+        if let Some(out) = super::open_output("stdout", &paths.stdout).await? {
             spawn_output(master.clone(), out, output_done.clone(), done_flag.clone())?;
         } else {
             done_flag.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -71,7 +71,7 @@ pub async fn exec(
 }
 
 async fn run(s: Spawn<'_>, req: Request, undo: &mut Undo) -> Result<Spawned> {
-    let opened = io::open(s.stdio)?;
+    let opened = io::open(s.stdio).await?;
     let mut kinds = Vec::new();
     let mut fds = Vec::new();
     for (k, f) in opened.pass.iter().chain(s.owned.iter()) {
