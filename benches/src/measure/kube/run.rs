@@ -326,3 +326,45 @@ fn one_run(
     r.rmdir_failures = out.rmdir_failures;
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::measure::kube::phases::{PhaseSet, Record, RunPhases};
+
+    fn rund() -> Handler {
+        Handler {
+            name: "rund-nopool",
+            label: "rund pool off",
+            config: Some("/c.toml".into()),
+            phases: Some("/p.jsonl".into()),
+            skipped: None,
+        }
+    }
+
+    #[test]
+    fn running_pods_without_phase_records_mean_the_config_was_not_honoured() {
+        let mut h = rund();
+        let mut r = KubeRun {
+            latencies_ms: vec![100.0],
+            phases: Some(RunPhases::default()),
+            ..Default::default()
+        };
+        assert!(!honoured(&mut h, &r));
+        assert!(h.skipped.as_deref().unwrap().contains("/p.jsonl"), "{h:?}");
+        let mut h = rund();
+        r.phases.as_mut().unwrap().container = PhaseSet::of(vec![Record {
+            id: "c".into(),
+            cgroup: 1.0,
+            total: 2.0,
+            cgroup_made: None,
+        }]);
+        assert!(honoured(&mut h, &r) && h.skipped.is_none());
+        // No pod ran: nothing to judge by.
+        let r = KubeRun {
+            phases: Some(RunPhases::default()),
+            ..Default::default()
+        };
+        assert!(honoured(&mut rund(), &r));
+    }
+}
