@@ -298,7 +298,10 @@ fn one_run(
         while Instant::now() < end && !interrupted() {
             std::thread::sleep(Duration::from_millis(200));
         }
-        r.dying_after_settle = probes.counter.and_then(Counter::count);
+        // Cut short by an interrupt: not a settled figure.
+        if !interrupted() {
+            r.dying_after_settle = probes.counter.and_then(Counter::count);
+        }
     }
     if let (Some(t), Some(lost0)) = (probes.tracer, lost0) {
         let names: HashSet<String> = pods.iter().map(|p| p.dir.clone()).collect();
