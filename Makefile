@@ -90,8 +90,10 @@ fmt:
 soak: build
 	RUND_REQUIRE_BINS=1 $(CARGO) test -p rund-tests --test soak -- --ignored --nocapture --test-threads=1
 
-# rund against runc-v2 side by side on one private containerd; results in
-# target/bench/ (results.json, plot.svg). BENCH_ARGS passes flags through.
+# rund against runc-v2 side by side on one private containerd, plus the
+# Kubernetes-shaped study (CRI pods in kubelet-made cgroups: runc-v2, rund pool
+# on/off; --skip-kube, --kube-pods 1,50,200); results in target/bench/
+# (results.json, plot.svg). BENCH_ARGS passes flags through.
 bench: deps
 	$(CARGO) build --release -p rund-shim -p rund-agent -p rund-benches
 	RUND_BIN_DIR=$(TARGET_DIR)/release $(TARGET_DIR)/release/rund-bench $(BENCH_ARGS)

@@ -73,6 +73,21 @@ pub struct Args {
     /// (default 1000, quick 100; 0 skips it).
     #[arg(long)]
     pub pool_cycles: Option<usize>,
+    /// Skip the Kubernetes-shaped study (CRI pods, each with its own pod
+    /// cgroup; runc-v2, rund pool on, rund pool off).
+    #[arg(long)]
+    pub skip_kube: bool,
+    /// Pod counts N for the Kubernetes-shaped study: 1 runs pods one after
+    /// another, larger N all at once (default 1,50,200; quick 1,50).
+    #[arg(long, value_delimiter = ',')]
+    pub kube_pods: Option<Vec<usize>>,
+    /// Kubernetes-shaped study, N = 1: pods per handler (default 10, quick 4).
+    #[arg(long)]
+    pub kube_samples: Option<usize>,
+    /// Kubernetes-shaped study: seconds before dying cgroups are counted
+    /// again after a run (default 10, quick 5).
+    #[arg(long)]
+    pub kube_settle: Option<u64>,
     /// Samples per variant for the feature switches (default 10, quick 5).
     #[arg(long)]
     pub feature_iterations: Option<usize>,
@@ -121,6 +136,10 @@ pub struct Plan {
     pub cri: bool,
     pub cri_pods: usize,
     pub pool_cycles: usize,
+    pub kube: bool,
+    pub kube_pods: Vec<usize>,
+    pub kube_samples: usize,
+    pub kube_settle: Duration,
     pub feature_iterations: usize,
     pub feature_configs: BTreeMap<String, PathBuf>,
     pub out_dir: PathBuf,
@@ -148,6 +167,14 @@ impl Args {
         if self.rounds == 0 {
             return Err("--rounds must be > 0".into());
         }
+        let mut kube_pods =
+            self.kube_pods
+                .unwrap_or_else(|| if q { vec![1, 50] } else { vec![1, 50, 200] });
+        kube_pods.sort_unstable();
+        kube_pods.dedup();
+        if kube_pods.is_empty() || kube_pods.contains(&0) {
+            return Err("--kube-pods values must be > 0".into());
+        }
         let features = !self.skip_features && runtimes.contains(&RuntimeKind::Rund);
         let pool = !self.skip_pool && runtimes.contains(&RuntimeKind::Rund);
         Ok(Plan {
@@ -171,6 +198,10 @@ impl Args {
             cri: !self.skip_cri,
             cri_pods: self.cri_pods.unwrap_or(if q { 6 } else { 20 }).max(1),
             pool_cycles: self.pool_cycles.unwrap_or(if q { 100 } else { 1000 }),
+            kube: !self.skip_kube,
+            kube_pods,
+            kube_samples: self.kube_samples.unwrap_or(if q { 4 } else { 10 }).max(1),
+            kube_settle: Duration::from_secs(self.kube_settle.unwrap_or(if q { 5 } else { 10 })),
             feature_iterations: self.feature_iterations.unwrap_or(if q { 5 } else { 10 }),
             feature_configs: self.feature_config.into_iter().collect(),
             out_dir: self.out_dir,
@@ -231,6 +262,31 @@ mod tests {
             p.feature_configs.get("userns-on"),
             Some(&PathBuf::from("/x.toml"))
         );
+    }
+
+    #[test]
+    fn kube_levels() {
+        let p = plan(&["--quick"]).unwrap();
+        assert_eq!(
+            (p.kube, p.kube_pods.clone(), p.kube_samples),
+            (true, vec![1, 50], 4)
+        );
+        let p = plan(&[]).unwrap();
+        assert_eq!(p.kube_pods, vec![1, 50, 200]);
+        assert_eq!(p.kube_settle, Duration::from_secs(10));
+        let p = plan(&[
+            "--kube-pods",
+            "200,1,1",
+            "--skip-kube",
+            "--kube-settle",
+            "0",
+        ])
+        .unwrap();
+        assert_eq!(
+            (p.kube, p.kube_pods, p.kube_settle),
+            (false, vec![1, 200], Duration::ZERO)
+        );
+        assert!(plan(&["--kube-pods", "0,50"]).is_err());
     }
 
     #[test]

@@ -293,6 +293,8 @@ pub struct Results {
     pub cri: Option<CriStudy>,
     pub features: Vec<FeatureResult>,
     pub pool: Option<PoolStudy>,
+    /// Kubernetes-shaped pods through CRI (pod cgroups as the kubelet makes them).
+    pub kube: Option<crate::measure::kube::KubeStudy>,
     pub notes: Vec<String>,
     pub table: Vec<TableRow>,
 }

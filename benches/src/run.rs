@@ -5,7 +5,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::cli::Plan;
 use crate::env::{BenchEnv, EnvError};
-use crate::measure::{concurrent, cri, features, idle, pool, single, stop};
+use crate::measure::{concurrent, cri, features, idle, kube, pool, single, stop};
 use crate::progress::{interrupted, Progress};
 use crate::report::figures;
 use crate::results::{Meta, Results};
@@ -39,6 +39,9 @@ fn total_steps(p: &Plan) -> u64 {
     if p.pool {
         t += pool::steps(&pool_options(p, None));
     }
+    if p.kube {
+        t += kube::steps(&kube_options(p));
+    }
     if p.features {
         t += features::SWITCHES
             .iter()
@@ -55,6 +58,16 @@ fn pool_options<'a>(p: &'a Plan, bin_dir: Option<&'a std::path::Path>) -> pool::
         rounds: p.rounds,
         cycles: p.pool_cycles,
         rund_bin_dir: bin_dir,
+    }
+}
+
+fn kube_options(p: &Plan) -> kube::Options<'_> {
+    kube::Options {
+        pods: &p.kube_pods,
+        samples: p.kube_samples,
+        rounds: p.rounds,
+        settle: p.kube_settle,
+        with_rund: p.runtimes.contains(&RuntimeKind::Rund),
     }
 }
 
@@ -121,6 +134,7 @@ pub fn run(p: &Plan) -> Result<Results, EnvError> {
         cri: None,
         features: Vec::new(),
         pool: None,
+        kube: None,
         notes: Vec::new(),
         table: Vec::new(),
     };
@@ -166,6 +180,10 @@ pub fn run(p: &Plan) -> Result<Results, EnvError> {
     if p.pool && !interrupted() {
         let o = pool_options(p, env.rund_bin_dir.as_deref());
         res.pool = Some(pool::run(&env, &o, &progress));
+    }
+    if p.kube && !interrupted() {
+        // Its own containerd with CRI; the first one idles.
+        res.kube = Some(kube::run(&kube_options(p), &progress));
     }
     if p.floor && !env.has_floor {
         res.notes.push(format!(

@@ -7,6 +7,7 @@ pub mod density;
 pub mod events;
 pub mod features;
 pub mod idle;
+pub mod kube;
 pub mod pool;
 pub mod single;
 pub mod stop;

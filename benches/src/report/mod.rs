@@ -1,6 +1,7 @@
 //! Turning results into the markdown table, the JSON file and the SVG plot.
 
 pub mod figures;
+pub mod kube;
 pub mod memory;
 pub mod pool;
 pub mod svg;

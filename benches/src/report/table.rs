@@ -179,6 +179,10 @@ pub fn render(results: &Results) -> String {
         s.push_str("\n### cgroup pool: on against off\n\n");
         s.push_str(&super::pool::render(p));
     }
+    if let Some(k) = &results.kube {
+        s.push_str("\n### Kubernetes-shaped pods (CRI, a cgroup per pod)\n\n");
+        s.push_str(&super::kube::render(k));
+    }
     if !results.notes.is_empty() {
         s.push_str("\n### notes\n\n");
         for n in &results.notes {

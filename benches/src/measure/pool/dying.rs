@@ -84,7 +84,7 @@ fn count_dirs(dir: &Path) -> usize {
 /// `cycles` × `run --rm` per variant ("on" first: "off" leaves dying memcgs
 /// that "on" would otherwise see being freed). Each container writes 64 KiB
 /// to a host directory, so its memcg holds page cache when it is deleted.
-pub fn run(
+pub(super) fn run(
     env: &BenchEnv,
     variants: &[Variant; 2],
     cycles: usize,

@@ -7,7 +7,7 @@
 //! run, untimed, `rund pool warm` fills the pool to N + low slots. Without
 //! that, a burst larger than the pool falls back to mkdir for the rest.
 
-mod dying;
+pub(crate) mod dying;
 mod phases;
 
 use std::path::{Path, PathBuf};
