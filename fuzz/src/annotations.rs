@@ -6,12 +6,10 @@
 use oci_spec::runtime::{LinuxIdMapping, PosixRlimitType};
 use rund_shim::config::RemapMode;
 use rund_shim::policy::limits::{check_memlock, grace_seconds, LimitError};
-use rund_shim::rlimit::memlock::{parse_limit, with_default, ANN_MEMLOCK};
+use rund_shim::rlimit::memlock::{parse_limit, with_default};
+use rund_shim::spec;
 use rund_shim::userns::idmap::IdMapping;
-use rund_shim::spec::{self, ANN_GRACE};
-use rund_shim::userns::{
-    decide, pod_asks, BindsMode, UsernsError, UsernsMode, ANN_USERNS, ANN_USERNS_BINDS,
-};
+use rund_shim::userns::{decide, pod_asks, BindsMode, UsernsError, UsernsMode};
 
 use crate::scenario::{self, Scenario};
 
@@ -45,7 +43,7 @@ fn same(list: &[IdMapping], spec: &Option<Vec<LinuxIdMapping>>) -> bool {
 
 fn userns(s: &Scenario) {
     let spec = &s.spec;
-    let ask = spec::annotation(spec, ANN_USERNS);
+    let ask = spec::annotation(spec, rund_annotations::USERNS);
     let allow_host = s.policy.allow_userns_host;
     let d = match decide(spec, &s.userns, allow_host) {
         Ok(d) => d,
@@ -61,10 +59,10 @@ fn userns(s: &Scenario) {
         matches!(ask, None | Some("pod") | Some("host")),
         "{ask:?} accepted"
     );
-    let binds = match spec::annotation(spec, ANN_USERNS_BINDS) {
+    let binds = match spec::annotation(spec, rund_annotations::USERNS_BINDS) {
         None | Some("idmap") => BindsMode::Idmap,
         Some("plain") => BindsMode::Plain,
-        Some(v) => panic!("{ANN_USERNS_BINDS}={v:?} accepted"),
+        Some(v) => panic!("{}={v:?} accepted", rund_annotations::USERNS_BINDS),
     };
     assert_eq!(d.binds, binds);
     let asks = pod_asks(spec);
@@ -95,9 +93,9 @@ fn userns(s: &Scenario) {
 
 fn memlock(s: &Scenario) {
     let spec = &s.spec;
-    let value = spec::annotation(spec, ANN_MEMLOCK);
+    let value = spec::annotation(spec, rund_annotations::MEMLOCK);
     if let Some(v) = value {
-        if let Ok(n) = parse_limit(ANN_MEMLOCK, v) {
+        if let Ok(n) = parse_limit(rund_annotations::MEMLOCK, v) {
             let named = matches!(v, "unlimited" | "infinity") && n == libc::RLIM_INFINITY;
             assert!(named || v.parse::<u64>() == Ok(n), "{v:?} read as {n}");
         }
@@ -116,7 +114,7 @@ fn memlock(s: &Scenario) {
             Err(e) => {
                 assert!(!explicit, "an explicit limit needs no default: {e}");
                 if value.is_some() {
-                    assert!(e.to_string().contains(ANN_MEMLOCK), "{e}");
+                    assert!(e.to_string().contains(rund_annotations::MEMLOCK), "{e}");
                 }
                 continue;
             }
@@ -171,7 +169,10 @@ fn grace(s: &Scenario) {
         (Ok(g), Some(r)) => assert!(g == r && g <= bound, "{r} s allowed, bound {bound} s"),
         (Err(e), Some(r)) => {
             assert!(r > bound);
-            assert!(e.to_string().contains(ANN_GRACE), "{e}");
+            assert!(
+                e.to_string().contains(rund_annotations::GRACE_PERIOD),
+                "{e}"
+            );
         }
         (Err(e), None) => panic!("nothing requested, yet {e}"),
     }

@@ -3,10 +3,7 @@
 
 use std::collections::HashSet;
 
-use rund_devices::select::{
-    CdiName, DeviceRequest, GpuId, GpuSelection, RdmaId, RdmaSelection, CDI_ANNOTATION_PREFIX,
-    GPUS_ANNOTATION,
-};
+use rund_devices::select::{CdiName, DeviceRequest, GpuId, GpuSelection, RdmaId, RdmaSelection};
 use rund_shim::policy::devices::admit;
 use rund_shim::policy::PolicyConfig;
 
@@ -73,7 +70,7 @@ fn check_admission(s: &Scenario, req: &DeviceRequest) {
     };
     let listed = |l: &[String], x: &str| l.iter().any(|e| e == x);
     let ann = s.spec.annotations().clone().unwrap_or_default();
-    let from_env = !ann.contains_key(GPUS_ANNOTATION);
+    let from_env = !ann.contains_key(rund_annotations::GPUS);
     if req.gpus != GpuSelection::Nothing && from_env && !policy.accept_nvidia_visible_devices_env {
         assert_eq!(
             a.request.gpus,
@@ -111,7 +108,7 @@ fn check_admission(s: &Scenario, req: &DeviceRequest) {
         return;
     };
     for (key, value) in &ann {
-        if key.starts_with(CDI_ANNOTATION_PREFIX) && pod.get(key) == Some(value) {
+        if key.starts_with(rund_annotations::CDI_PREFIX) && pod.get(key) == Some(value) {
             for raw in value.split(',') {
                 let n = CdiName::parse(raw.trim()).expect("from_spec parsed it");
                 assert!(allows_cdi(policy, &n), "pod's CDI device {n} let through");

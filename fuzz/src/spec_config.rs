@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use oci_spec::runtime::{LinuxNamespaceType, Spec};
 use rund_shim::spec::namespaces::{request, sandbox_namespaces, NsRequest, KINDS};
-use rund_shim::spec::{self, Role, ANN_CONTAINER_TYPE, ANN_GRACE, ANN_INIT, ANN_SANDBOX_ID};
+use rund_shim::spec::{self, Role};
 
 fn ann<'a>(spec: &'a Spec, key: &str) -> Option<&'a str> {
     spec.annotations().as_ref()?.get(key).map(String::as_str)
@@ -42,7 +42,10 @@ pub fn run(data: &[u8]) {
         assert_eq!(unique.len(), types.len(), "duplicate namespace accepted");
     }
 
-    let (ctype, sid) = (ann(&spec, ANN_CONTAINER_TYPE), ann(&spec, ANN_SANDBOX_ID));
+    let (ctype, sid) = (
+        ann(&spec, rund_annotations::CRI_CONTAINER_TYPE),
+        ann(&spec, rund_annotations::CRI_SANDBOX_ID),
+    );
     match spec::role(&spec) {
         Role::PodSandbox => assert_eq!(ctype, Some("sandbox")),
         Role::PodContainer { sandbox_id } => {
@@ -79,19 +82,25 @@ pub fn run(data: &[u8]) {
 
     for enabled in [false, true] {
         let skip = ["tini".to_string()];
-        match (ann(&spec, ANN_INIT), spec::use_init(&spec, enabled, &skip)) {
+        match (
+            ann(&spec, rund_annotations::INIT),
+            spec::use_init(&spec, enabled, &skip),
+        ) {
             (Some("true"), r) => assert!(r.unwrap()),
             (Some("false"), r) => assert!(!r.unwrap()),
-            (Some(_), r) => assert!(r.unwrap_err().to_string().contains(ANN_INIT)),
+            (Some(_), r) => assert!(r.unwrap_err().to_string().contains(rund_annotations::INIT)),
             (None, r) => assert!(!r.unwrap() || enabled),
         }
     }
-    match (ann(&spec, ANN_GRACE), spec::grace_seconds(&spec)) {
+    match (
+        ann(&spec, rund_annotations::GRACE_PERIOD),
+        spec::grace_seconds(&spec),
+    ) {
         (None, r) => assert!(r.unwrap().is_none()),
         (Some(v), Ok(n)) => assert_eq!(v.parse::<u32>().ok(), n),
         (Some(v), Err(e)) => {
             assert!(v.parse::<u32>().is_err());
-            assert!(e.to_string().contains(ANN_GRACE));
+            assert!(e.to_string().contains(rund_annotations::GRACE_PERIOD));
         }
     }
 }

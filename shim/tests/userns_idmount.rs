@@ -120,11 +120,20 @@ fn stat_inside_userns(ns: &OwnedFd, tree: &OwnedFd, names: &[&str]) -> String {
     for n in names {
         cmd.arg(format!("/proc/self/fd/3/{n}"));
     }
-    // SAFETY: setns and dup2 are async-signal-safe; the fds are open in the
-    // parent until spawn returns.
+    // SAFETY: setns, dup2 and fcntl are async-signal-safe; the fds are open
+    // in the parent until spawn returns.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::setns(ns_fd, libc::CLONE_NEWUSER) != 0 || libc::dup2(tree_fd, 3) != 3 {
+            if libc::setns(ns_fd, libc::CLONE_NEWUSER) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // dup2 onto itself keeps CLOEXEC: the tree may already be fd 3.
+            let ok = if tree_fd == 3 {
+                libc::fcntl(3, libc::F_SETFD, 0) == 0
+            } else {
+                libc::dup2(tree_fd, 3) == 3
+            };
+            if !ok {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())

@@ -15,8 +15,7 @@ use std::collections::HashMap;
 
 use oci_spec::runtime::Spec;
 use rund_devices::select::{
-    CdiName, DeviceRequest, GpuSelection, RdmaSelection, CDI_ANNOTATION_PREFIX, GPUS_ANNOTATION,
-    RDMA_ANNOTATION, VISIBLE_DEVICES_ENV,
+    CdiName, DeviceRequest, GpuSelection, RdmaSelection, VISIBLE_DEVICES_ENV,
 };
 use rund_devices::Resolved;
 
@@ -54,8 +53,11 @@ pub fn admit(
 
     let mut gpu_request = None;
     if req.gpus != GpuSelection::Nothing {
-        let (request, from_env) = match ann.get(GPUS_ANNOTATION) {
-            Some(v) => (format!("annotation {GPUS_ANNOTATION}={v:?}"), false),
+        let (request, from_env) = match ann.get(rund_annotations::GPUS) {
+            Some(v) => (
+                format!("annotation {}={v:?}", rund_annotations::GPUS),
+                false,
+            ),
             None => {
                 let v = env_value(spec, VISIBLE_DEVICES_ENV).unwrap_or_default();
                 (format!("env {VISIBLE_DEVICES_ENV}={v:?}"), true)
@@ -88,8 +90,11 @@ pub fn admit(
     let mut rdma_request = None;
     if req.rdma != RdmaSelection::Nothing {
         let request = format!(
-            "annotation {RDMA_ANNOTATION}={:?}",
-            ann.get(RDMA_ANNOTATION).cloned().unwrap_or_default()
+            "annotation {}={:?}",
+            rund_annotations::RDMA_DEVICES,
+            ann.get(rund_annotations::RDMA_DEVICES)
+                .cloned()
+                .unwrap_or_default()
         );
         let key = "[policy] allowed_rdma_devices";
         let all = policy.allowed_rdma_devices.iter().any(|a| a == "all");
@@ -105,7 +110,7 @@ pub fn admit(
     if let Some(pod) = pod_annotations {
         let mut keys: Vec<&String> = ann
             .keys()
-            .filter(|k| k.starts_with(CDI_ANNOTATION_PREFIX) && pod.get(*k) == ann.get(*k))
+            .filter(|k| k.starts_with(rund_annotations::CDI_PREFIX) && pod.get(*k) == ann.get(*k))
             .collect();
         keys.sort();
         for key in keys {

@@ -4,9 +4,8 @@
 //! later, far from the cause.
 
 use super::{PolicyConfig, PolicyError};
-use crate::rlimit::memlock::{parse_limit, ANN_MEMLOCK};
+use crate::rlimit::memlock::parse_limit;
 use crate::rlimit::RlimitError;
-use crate::spec::ANN_GRACE;
 
 fn fmt_limit(v: u64) -> String {
     if v == libc::RLIM_INFINITY {
@@ -35,11 +34,11 @@ pub fn check_memlock(
     let Some(v) = annotation else {
         return Ok(());
     };
-    let want = parse_limit(ANN_MEMLOCK, v)?;
+    let want = parse_limit(rund_annotations::MEMLOCK, v)?;
     if want <= inherited {
         return Ok(());
     }
-    let request = format!("annotation {ANN_MEMLOCK}={v:?}");
+    let request = format!("annotation {}={v:?}", rund_annotations::MEMLOCK);
     let key = "[policy] max_memlock";
     let Some(max) = &policy.max_memlock else {
         let reason = format!(
@@ -77,7 +76,7 @@ pub fn grace_seconds(
     let bound = policy.max_grace_period_seconds.max(default);
     if want > bound {
         return Err(PolicyError::new(
-            format!("annotation {ANN_GRACE}=\"{want}\""),
+            format!("annotation {}=\"{want}\"", rund_annotations::GRACE_PERIOD),
             "[policy] max_grace_period_seconds",
             format!("{want} s is above the bound, {bound} s"),
         ));

@@ -6,8 +6,6 @@ use oci_spec::runtime::{PosixRlimit, PosixRlimitBuilder, PosixRlimitType};
 
 use super::RlimitError;
 
-pub const ANN_MEMLOCK: &str = "rund.io/memlock";
-
 /// Parses "unlimited" or a byte count.
 pub fn parse_limit(what: &str, v: &str) -> Result<u64, RlimitError> {
     if v == "unlimited" || v == "infinity" {
@@ -37,7 +35,7 @@ pub fn with_default(
         return Ok(out);
     }
     let value = match (annotation, wants_rdma) {
-        (Some(v), _) => parse_limit(ANN_MEMLOCK, v)?,
+        (Some(v), _) => parse_limit(rund_annotations::MEMLOCK, v)?,
         (None, true) => parse_limit("[memlock] rdma_default", rdma_default)?,
         (None, false) => return Ok(out),
     };
@@ -127,7 +125,7 @@ mod tests {
     #[test]
     fn bad_values_are_named() {
         let e = with_default(&[], Some("lots"), false, "unlimited").unwrap_err();
-        assert!(e.to_string().contains(ANN_MEMLOCK), "{e}");
+        assert!(e.to_string().contains(rund_annotations::MEMLOCK), "{e}");
         assert!(OnFailure::parse("ignore").is_err());
     }
 

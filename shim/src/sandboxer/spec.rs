@@ -56,13 +56,13 @@ pub fn build(cfg: &PodConfig, id: &str, netns_path: &str) -> Result<Spec, serde_
     }
     let mut annotations = cfg.annotations.clone();
     for (k, v) in [
-        ("io.kubernetes.cri.container-type", "sandbox"),
-        ("io.kubernetes.cri.sandbox-id", id),
-        ("io.kubernetes.cri.sandbox-name", &cfg.name),
-        ("io.kubernetes.cri.sandbox-namespace", &cfg.namespace),
-        ("io.kubernetes.cri.sandbox-uid", &cfg.uid),
+        (rund_annotations::CRI_CONTAINER_TYPE, "sandbox"),
+        (rund_annotations::CRI_SANDBOX_ID, id),
+        (rund_annotations::CRI_SANDBOX_NAME, &cfg.name),
+        (rund_annotations::CRI_SANDBOX_NAMESPACE, &cfg.namespace),
+        (rund_annotations::CRI_SANDBOX_UID, &cfg.uid),
         (
-            "io.kubernetes.cri.sandbox-log-directory",
+            rund_annotations::CRI_SANDBOX_LOG_DIRECTORY,
             &cfg.log_directory,
         ),
     ] {

@@ -10,11 +10,6 @@ use std::path::Path;
 
 use oci_spec::runtime::Spec;
 
-pub const ANN_SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
-pub const ANN_CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
-pub const ANN_INIT: &str = "rund.io/init";
-pub const ANN_GRACE: &str = "rund.io/grace-period-seconds";
-
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
     #[error("reading {path}: {source}")]
@@ -60,7 +55,10 @@ pub enum Role {
 pub fn role(spec: &Spec) -> Role {
     let ann = spec.annotations().as_ref();
     let get = |k: &str| ann.and_then(|a| a.get(k)).cloned();
-    match (get(ANN_CONTAINER_TYPE).as_deref(), get(ANN_SANDBOX_ID)) {
+    match (
+        get(rund_annotations::CRI_CONTAINER_TYPE).as_deref(),
+        get(rund_annotations::CRI_SANDBOX_ID),
+    ) {
         (Some("sandbox"), _) => Role::PodSandbox,
         (Some(_), Some(sandbox_id)) => Role::PodContainer { sandbox_id },
         _ => Role::Standalone,
@@ -71,7 +69,7 @@ pub fn role(spec: &Spec) -> Role {
 pub fn grouping_id(spec: &Spec, container_id: &str) -> String {
     spec.annotations()
         .as_ref()
-        .and_then(|a| a.get(ANN_SANDBOX_ID))
+        .and_then(|a| a.get(rund_annotations::CRI_SANDBOX_ID))
         .cloned()
         .unwrap_or_else(|| container_id.to_string())
 }
@@ -169,7 +167,7 @@ pub fn check_supported(spec: &Spec) -> Result<(), SpecError> {
 /// it runs unless `enabled` is off or the workload is itself an init named
 /// in `skip_for` (by the basename of `process.args[0]`).
 pub fn use_init(spec: &Spec, enabled: bool, skip_for: &[String]) -> Result<bool, SpecError> {
-    match annotation(spec, ANN_INIT) {
+    match annotation(spec, rund_annotations::INIT) {
         None => {
             let arg0 = spec
                 .process()
@@ -183,7 +181,7 @@ pub fn use_init(spec: &Spec, enabled: bool, skip_for: &[String]) -> Result<bool,
         Some("true") => Ok(true),
         Some("false") => Ok(false),
         Some(v) => Err(SpecError::Annotation {
-            key: ANN_INIT.into(),
+            key: rund_annotations::INIT.into(),
             reason: format!("{v:?} is not \"true\" or \"false\""),
         }),
     }
@@ -191,10 +189,10 @@ pub fn use_init(spec: &Spec, enabled: bool, skip_for: &[String]) -> Result<bool,
 
 /// `rund.io/grace-period-seconds`, if set.
 pub fn grace_seconds(spec: &Spec) -> Result<Option<u32>, SpecError> {
-    match annotation(spec, ANN_GRACE) {
+    match annotation(spec, rund_annotations::GRACE_PERIOD) {
         None => Ok(None),
         Some(v) => v.parse().map(Some).map_err(|_| SpecError::Annotation {
-            key: ANN_GRACE.into(),
+            key: rund_annotations::GRACE_PERIOD.into(),
             reason: format!("{v:?} is not a whole number of seconds"),
         }),
     }

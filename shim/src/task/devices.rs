@@ -77,7 +77,7 @@ pub async fn prepare(svc: &Arc<Service>, spec: &mut Spec, userns: bool) -> Resul
 
     let process = spec.process().clone().unwrap_or_default();
     let limits = process.rlimits().clone().unwrap_or_default();
-    let annotation = crate::spec::annotation(spec, memlock::ANN_MEMLOCK);
+    let annotation = crate::spec::annotation(spec, rund_annotations::MEMLOCK);
     // An explicit RLIMIT_MEMLOCK (the runtime spec's, not the pod author's) wins.
     if !limits
         .iter()

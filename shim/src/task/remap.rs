@@ -249,7 +249,7 @@ pub fn container_binds(
             "it is \"host\", but that exempts a pod only when its sandbox starts, and this pod's \
              sandbox already runs in a user namespace ([userns] mode = \"always\"); a CRI pod \
              opts out with {}: host, which needs [policy] allow_userns_host",
-            userns::ANN_USERNS
+            rund_annotations::USERNS
         );
     }
     Err(e.into())

@@ -21,9 +21,6 @@ use crate::config::{RemapMode, UsernsConfig};
 use crate::policy::PolicyError;
 use crate::spec::annotation;
 
-pub const ANN_USERNS: &str = "rund.io/userns";
-pub const ANN_USERNS_BINDS: &str = "rund.io/userns-binds";
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UsernsMode {
     /// The host user namespace: no remapping.
@@ -61,11 +58,11 @@ pub struct UsernsDecision {
 
 /// `rund.io/userns-binds`.
 pub fn binds_mode(spec: &Spec) -> Result<BindsMode, UsernsError> {
-    match annotation(spec, ANN_USERNS_BINDS) {
+    match annotation(spec, rund_annotations::USERNS_BINDS) {
         None | Some("idmap") => Ok(BindsMode::Idmap),
         Some("plain") => Ok(BindsMode::Plain),
         Some(v) => Err(UsernsError::Annotation {
-            key: ANN_USERNS_BINDS.into(),
+            key: rund_annotations::USERNS_BINDS.into(),
             reason: format!("{v:?} is not \"idmap\" or \"plain\""),
         }),
     }
@@ -90,7 +87,7 @@ pub fn pod_asks(spec: &Spec) -> bool {
         l.uid_mappings().as_ref().is_some_and(|m| !m.is_empty())
             || l.gid_mappings().as_ref().is_some_and(|m| !m.is_empty())
     });
-    user_ns || maps || annotation(spec, ANN_USERNS) == Some("pod")
+    user_ns || maps || annotation(spec, rund_annotations::USERNS) == Some("pod")
 }
 
 pub fn decide(
@@ -99,13 +96,13 @@ pub fn decide(
     allow_userns_host: bool,
 ) -> Result<UsernsDecision, UsernsError> {
     let binds = binds_mode(spec)?;
-    let ask = match annotation(spec, ANN_USERNS) {
+    let ask = match annotation(spec, rund_annotations::USERNS) {
         None => Ask::Nothing,
         Some("pod") => Ask::Pod,
         Some("host") => Ask::Host,
         Some(v) => {
             return Err(UsernsError::Annotation {
-                key: ANN_USERNS.into(),
+                key: rund_annotations::USERNS.into(),
                 reason: format!("{v:?} is not \"pod\" (remap this pod) or \"host\" (do not)"),
             })
         }
@@ -140,7 +137,7 @@ pub fn decide(
     if ask == Ask::Host {
         if spec_wants {
             return Err(UsernsError::Annotation {
-                key: ANN_USERNS.into(),
+                key: rund_annotations::USERNS.into(),
                 reason:
                     "\"host\" contradicts the spec, which asks for a user namespace or id mappings"
                         .into(),
@@ -149,7 +146,7 @@ pub fn decide(
         // Under mode "requested" this is what the pod gets anyway.
         if cfg.mode == RemapMode::Always && !allow_userns_host {
             return Err(PolicyError::new(
-                format!("annotation {ANN_USERNS}=\"host\""),
+                format!("annotation {}=\"host\"", rund_annotations::USERNS),
                 "[policy] allow_userns_host",
                 "it is false, and [userns] mode = \"always\" remaps every pod",
             )

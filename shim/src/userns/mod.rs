@@ -11,10 +11,7 @@ pub mod nsholder;
 pub mod pool;
 pub mod privileged;
 
-pub use decide::{
-    binds_mode, decide, pod_asks, BindsMode, UsernsDecision, UsernsMode, ANN_USERNS,
-    ANN_USERNS_BINDS,
-};
+pub use decide::{binds_mode, decide, pod_asks, BindsMode, UsernsDecision, UsernsMode};
 pub use idmount::{attach, first_unsupported, idmapped_clone, set_idmap};
 pub use kernelfs::plain_bind_reason;
 pub use lease::{Lease, LeaseEntry, LeaseStore, Owner, RepairReport};

@@ -12,12 +12,6 @@ use crate::gpu::DriverCapabilities;
 pub use cdi_name::CdiName;
 pub(crate) use cdi_name::{check_device_name, parse_kind};
 
-/// Annotation naming GPUs (same syntax as `NVIDIA_VISIBLE_DEVICES`; wins over the env).
-pub const GPUS_ANNOTATION: &str = "rund.io/gpus";
-/// Annotation naming RDMA devices: `all`, `mlx5_0,mlx5_1`, `netdev:eth1`.
-pub const RDMA_ANNOTATION: &str = "rund.io/rdma-devices";
-/// Prefix of CDI device annotations (CRI).
-pub const CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/";
 pub const VISIBLE_DEVICES_ENV: &str = "NVIDIA_VISIBLE_DEVICES";
 pub const CAPABILITIES_ENV: &str = "NVIDIA_DRIVER_CAPABILITIES";
 
@@ -145,14 +139,14 @@ pub fn parse_rdma_selection(value: &str) -> Result<RdmaSelection> {
             Some(nd) if plain_name(nd) && nd.len() < 16 => RdmaId::Netdev(nd.to_string()),
             Some(nd) => {
                 return Err(invalid(
-                    RDMA_ANNOTATION,
+                    rund_annotations::RDMA_DEVICES,
                     value,
                     format!("bad netdev name {nd:?}"),
                 ))
             }
             None if item == "all" => {
                 return Err(invalid(
-                    RDMA_ANNOTATION,
+                    rund_annotations::RDMA_DEVICES,
                     value,
                     "\"all\" cannot be combined with names",
                 ))
@@ -160,7 +154,7 @@ pub fn parse_rdma_selection(value: &str) -> Result<RdmaSelection> {
             None if plain_name(item) && !item.contains(':') => RdmaId::Device(item.to_string()),
             None => {
                 return Err(invalid(
-                    RDMA_ANNOTATION,
+                    rund_annotations::RDMA_DEVICES,
                     value,
                     format!("bad RDMA device name {item:?}"),
                 ))
@@ -189,8 +183,8 @@ impl DeviceRequest {
         };
         let ann = spec.annotations().clone().unwrap_or_default();
 
-        let gpus = match ann.get(GPUS_ANNOTATION) {
-            Some(v) => parse_gpu_selection(GPUS_ANNOTATION, v)?,
+        let gpus = match ann.get(rund_annotations::GPUS) {
+            Some(v) => parse_gpu_selection(rund_annotations::GPUS, v)?,
             None => match env_get(VISIBLE_DEVICES_ENV) {
                 Some(v) => parse_gpu_selection(VISIBLE_DEVICES_ENV, &v)?,
                 None => GpuSelection::Nothing,
@@ -200,13 +194,13 @@ impl DeviceRequest {
             Some(v) => DriverCapabilities::parse(&v)?,
             None => DriverCapabilities::default(),
         };
-        let rdma = match ann.get(RDMA_ANNOTATION) {
+        let rdma = match ann.get(rund_annotations::RDMA_DEVICES) {
             Some(v) => parse_rdma_selection(v)?,
             None => RdmaSelection::Nothing,
         };
         let mut keys: Vec<&String> = ann
             .keys()
-            .filter(|k| k.starts_with(CDI_ANNOTATION_PREFIX))
+            .filter(|k| k.starts_with(rund_annotations::CDI_PREFIX))
             .collect();
         keys.sort();
         let mut cdi_devices = Vec::new();

@@ -62,7 +62,7 @@ fn env_last_wins_and_annotation_wins() {
     assert_eq!(r.gpus, GpuSelection::List(vec![GpuId::Index(0)]));
     let r = DeviceRequest::from_spec(&spec(
         &["NVIDIA_VISIBLE_DEVICES=all"],
-        &[(GPUS_ANNOTATION, "1")],
+        &[(rund_annotations::GPUS, "1")],
     ))
     .unwrap();
     assert_eq!(r.gpus, GpuSelection::List(vec![GpuId::Index(1)]));
@@ -80,7 +80,9 @@ fn capabilities() {
 
 #[test]
 fn rdma_forms() {
-    let r = |v: &str| DeviceRequest::from_spec(&spec(&[], &[(RDMA_ANNOTATION, v)])).map(|r| r.rdma);
+    let r = |v: &str| {
+        DeviceRequest::from_spec(&spec(&[], &[(rund_annotations::RDMA_DEVICES, v)])).map(|r| r.rdma)
+    };
     assert_eq!(r("all").unwrap(), RdmaSelection::All);
     assert_eq!(r("none").unwrap(), RdmaSelection::Nothing);
     assert_eq!(
@@ -95,7 +97,7 @@ fn rdma_forms() {
         RdmaSelection::List(vec![RdmaId::Netdev("eth1".into())])
     );
     assert!(
-        DeviceRequest::from_spec(&spec(&[], &[(RDMA_ANNOTATION, "all")]))
+        DeviceRequest::from_spec(&spec(&[], &[(rund_annotations::RDMA_DEVICES, "all")]))
             .unwrap()
             .wants_rdma()
     );
@@ -108,7 +110,10 @@ fn rdma_forms() {
         "foo:bar",
     ] {
         let err = r(bad).unwrap_err();
-        assert!(err.to_string().contains(RDMA_ANNOTATION), "{bad}: {err}");
+        assert!(
+            err.to_string().contains(rund_annotations::RDMA_DEVICES),
+            "{bad}: {err}"
+        );
     }
 }
 

@@ -11,9 +11,9 @@ pub const SHIM_BIN: &str = "containerd-shim-rund-v2";
 /// Pod annotations CRI passes to rund: only those that cannot widen a pod's privileges.
 /// Devices, memlock and userns binds are privileged requests and never come from a pod.
 pub const POD_ANNOTATIONS: &[&str] = &[
-    "rund.io/init",
-    "rund.io/grace-period-seconds",
-    "rund.io/userns",
+    rund_annotations::INIT,
+    rund_annotations::GRACE_PERIOD,
+    rund_annotations::USERNS,
 ];
 /// Container annotations CRI passes: CDI device names, which the kubelet sets from a device
 /// plugin's allocation (a pod cannot set container annotations itself).
