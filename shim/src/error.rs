@@ -6,7 +6,9 @@ use ttrpc::Code;
 use crate::io::IoError;
 use crate::rootfs::RootfsError;
 use crate::sandbox::SandboxError;
+use crate::sandboxer::SandboxerError;
 use crate::spec::SpecError;
+use crate::task::TaskError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ShimError {
@@ -14,10 +16,6 @@ pub enum ShimError {
     NotFound(String),
     #[error("{0}")]
     AlreadyExists(String),
-    #[error("{0}")]
-    InvalidArgument(String),
-    #[error("{0}")]
-    FailedPrecondition(String),
     #[error("{0}")]
     Unimplemented(String),
     #[error(transparent)]
@@ -46,8 +44,10 @@ pub enum ShimError {
     Hook(#[from] crate::hooks::HookError),
     #[error(transparent)]
     Policy(#[from] crate::policy::PolicyError),
-    #[error("{0}")]
-    Internal(String),
+    #[error(transparent)]
+    Task(#[from] TaskError),
+    #[error(transparent)]
+    Sandboxer(#[from] SandboxerError),
 }
 
 pub type Result<T> = std::result::Result<T, ShimError>;
@@ -57,9 +57,9 @@ impl ShimError {
         match self {
             ShimError::NotFound(_) => Code::NOT_FOUND,
             ShimError::AlreadyExists(_) => Code::ALREADY_EXISTS,
-            ShimError::InvalidArgument(_) | ShimError::Spec(_) | ShimError::Devices(_) => {
-                Code::INVALID_ARGUMENT
-            }
+            ShimError::Spec(_) | ShimError::Devices(_) => Code::INVALID_ARGUMENT,
+            ShimError::Task(e) => task_code(e),
+            ShimError::Sandboxer(e) => sandboxer_code(e),
             // A broken node config is the node's fault, not the request's.
             ShimError::Config(_) => Code::FAILED_PRECONDITION,
             ShimError::Gate(_) | ShimError::Hook(_) => Code::FAILED_PRECONDITION,
@@ -68,7 +68,7 @@ impl ShimError {
             ShimError::Userns(e) if e.is_bad_input() => Code::INVALID_ARGUMENT,
             ShimError::Userns(e) if e.is_exhausted() => Code::RESOURCE_EXHAUSTED,
             ShimError::Userns(_) => Code::FAILED_PRECONDITION,
-            ShimError::FailedPrecondition(_) | ShimError::Rlimit(_) => Code::FAILED_PRECONDITION,
+            ShimError::Rlimit(_) => Code::FAILED_PRECONDITION,
             ShimError::Unimplemented(_) => Code::UNIMPLEMENTED,
             ShimError::Rootfs(RootfsError::Missing(_)) => Code::INVALID_ARGUMENT,
             ShimError::Rootfs(RootfsError::Unsupported(_)) => Code::UNIMPLEMENTED,
@@ -97,6 +97,46 @@ impl ShimError {
             }) => s.message.clone(),
             other => other.to_string(),
         }
+    }
+}
+
+fn task_code(e: &TaskError) -> Code {
+    use TaskError as T;
+    match e {
+        T::EmptyId { .. }
+        | T::NoProcessSpec
+        | T::MalformedProcess(_)
+        | T::NoResources
+        | T::MalformedResources(_)
+        | T::RuntimeOptions(_)
+        | T::IdmapWithoutUserns { .. }
+        | T::IdmapRootMismatch { .. } => Code::INVALID_ARGUMENT,
+        T::ShimTaken { .. }
+        | T::NotRunningHere { .. }
+        | T::SandboxExited { .. }
+        | T::SandboxGone
+        | T::ExecIntoPodSandbox { .. }
+        | T::ExecIntoStopped { .. }
+        | T::NotRunning { .. }
+        | T::NoCgroup { .. }
+        | T::AlreadyStarted { .. }
+        | T::StillRunning { .. }
+        | T::NoTerminal { .. }
+        | T::PodHasContainers { .. }
+        | T::CgroupsUnavailable(_)
+        | T::NoHostDevice { .. } => Code::FAILED_PRECONDITION,
+        T::BlockingTask { .. } | T::Encode { .. } | T::CgroupTaken => Code::INTERNAL,
+    }
+}
+
+fn sandboxer_code(e: &SandboxerError) -> Code {
+    use SandboxerError as S;
+    match e {
+        S::Unknown { .. } => Code::NOT_FOUND,
+        S::Exists { .. } => Code::ALREADY_EXISTS,
+        S::PodConfig(_) | S::OptionsType { .. } | S::Spec(_) => Code::INVALID_ARGUMENT,
+        S::NotRunning { .. } | S::Exited { .. } => Code::FAILED_PRECONDITION,
+        S::Encode(_) | S::BundleWrite { .. } => Code::INTERNAL,
     }
 }
 
@@ -139,5 +179,158 @@ mod tests {
         );
         let userns = crate::userns::UsernsError::from(refused);
         assert_eq!(ShimError::from(userns).code(), Code::PERMISSION_DENIED);
+    }
+
+    fn json_error() -> serde_json::Error {
+        serde_json::from_str::<u8>("not json").unwrap_err()
+    }
+
+    async fn join_error() -> tokio::task::JoinError {
+        tokio::task::spawn_blocking(|| panic!("a blocking task panics"))
+            .await
+            .unwrap_err()
+    }
+
+    fn code_of(e: impl Into<ShimError>) -> Code {
+        e.into().code()
+    }
+
+    #[tokio::test]
+    async fn task_errors_map_by_class() {
+        let s = String::from;
+        let bad_input = [
+            TaskError::EmptyId { what: "exec" },
+            TaskError::NoProcessSpec,
+            TaskError::MalformedProcess(json_error()),
+            TaskError::NoResources,
+            TaskError::MalformedResources(json_error()),
+            TaskError::RuntimeOptions(crate::protowire::WireError {
+                what: "runtime options",
+                reason: s("truncated"),
+            }),
+            TaskError::IdmapWithoutUserns {
+                what: s("mounts[0]"),
+            },
+            TaskError::IdmapRootMismatch {
+                what: s("mounts[0]"),
+                field: "uidMappings",
+                root: Some(0),
+                host_root: 100000,
+            },
+        ];
+        for e in bad_input {
+            let m = e.to_string();
+            assert_eq!(code_of(e), Code::INVALID_ARGUMENT, "{m}");
+        }
+        let (id, exec_id) = (s("c"), s("e"));
+        let precondition = [
+            TaskError::ShimTaken { id: id.clone() },
+            TaskError::NotRunningHere { sandbox_id: s("p") },
+            TaskError::SandboxExited {
+                id: s("p"),
+                status: 1,
+            },
+            TaskError::SandboxGone,
+            TaskError::ExecIntoPodSandbox { id: s("p") },
+            TaskError::ExecIntoStopped {
+                id: id.clone(),
+                exec_id: exec_id.clone(),
+            },
+            TaskError::NotRunning { id: id.clone() },
+            TaskError::NoCgroup { id: id.clone() },
+            TaskError::AlreadyStarted {
+                id: id.clone(),
+                exec_id: exec_id.clone(),
+            },
+            TaskError::StillRunning {
+                id: id.clone(),
+                exec_id: exec_id.clone(),
+            },
+            TaskError::NoTerminal {
+                id: id.clone(),
+                exec_id,
+            },
+            TaskError::PodHasContainers { id: s("p") },
+            TaskError::CgroupsUnavailable(rund_cgroup::Error::ControllerMissing("cpu")),
+            TaskError::NoHostDevice {
+                path: s("/dev/x"),
+                host: "/dev/x".into(),
+            },
+        ];
+        for e in precondition {
+            let m = e.to_string();
+            assert_eq!(code_of(e), Code::FAILED_PRECONDITION, "{m}");
+        }
+        let faults = [
+            TaskError::BlockingTask {
+                what: "rootfs",
+                source: join_error().await,
+            },
+            TaskError::Encode {
+                what: "spec",
+                source: json_error(),
+            },
+            TaskError::CgroupTaken,
+        ];
+        for e in faults {
+            let m = e.to_string();
+            assert_eq!(code_of(e), Code::INTERNAL, "{m}");
+        }
+    }
+
+    #[test]
+    fn task_messages_name_what_failed() {
+        let e = ShimError::from(TaskError::ExecIntoStopped {
+            id: "web".into(),
+            exec_id: "sh".into(),
+        });
+        assert_eq!(e.message(), "container web is not running: cannot exec sh");
+        let e = ShimError::from(TaskError::EmptyId { what: "container" });
+        assert_eq!(e.message(), "container id is empty");
+    }
+
+    #[test]
+    fn sandboxer_errors_map_by_class() {
+        let id = || String::from("p");
+        let io = std::io::Error::from(std::io::ErrorKind::StorageFull);
+        let cases = [
+            (SandboxerError::Unknown { id: id() }, Code::NOT_FOUND),
+            (SandboxerError::Exists { id: id() }, Code::ALREADY_EXISTS),
+            (
+                SandboxerError::OptionsType {
+                    type_url: "x".into(),
+                    wanted: "y",
+                },
+                Code::INVALID_ARGUMENT,
+            ),
+            (SandboxerError::Spec(json_error()), Code::INVALID_ARGUMENT),
+            (
+                SandboxerError::PodConfig(crate::protowire::WireError {
+                    what: "pod config",
+                    reason: "truncated".into(),
+                }),
+                Code::INVALID_ARGUMENT,
+            ),
+            (
+                SandboxerError::NotRunning { id: id() },
+                Code::FAILED_PRECONDITION,
+            ),
+            (
+                SandboxerError::Exited { id: id() },
+                Code::FAILED_PRECONDITION,
+            ),
+            (SandboxerError::Encode(json_error()), Code::INTERNAL),
+            (
+                SandboxerError::BundleWrite {
+                    path: "/b/config.json".into(),
+                    source: io,
+                },
+                Code::INTERNAL,
+            ),
+        ];
+        for (e, want) in cases {
+            let m = e.to_string();
+            assert_eq!(code_of(e), want, "{m}");
+        }
     }
 }

@@ -20,9 +20,6 @@ impl CgroupError {
     pub fn is_unimplemented(&self) -> bool {
         self.source.is_unimplemented()
     }
-    pub fn is_invalid(&self) -> bool {
-        matches!(self.source, rund_cgroup::Error::InvalidResource { .. })
-    }
     /// The spec or config is wrong (a field, the cgroupsPath, a key).
     pub fn is_bad_input(&self) -> bool {
         matches!(

@@ -6,8 +6,11 @@
 //! agent through the same Create pipeline, and containers then join the pod
 //! through the task API as usual.
 
+mod error;
 mod podconfig;
 mod spec;
+
+pub use error::SandboxerError;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -51,9 +54,7 @@ impl SandboxHandler {
         let g = self.pod.lock().unwrap_or_else(|e| e.into_inner());
         match g.as_ref() {
             Some(p) if p.id == id => Ok((p.id.clone(), p.bundle.clone(), p.created_ns)),
-            _ => Err(ShimError::NotFound(format!(
-                "sandbox {id} is not in this shim"
-            ))),
+            _ => Err(SandboxerError::Unknown { id: id.into() }.into()),
         }
     }
 
@@ -61,11 +62,33 @@ impl SandboxHandler {
         self.pod_id(id)?;
         self.svc
             .sandbox()
-            .ok_or_else(|| ShimError::FailedPrecondition(format!("sandbox {id} is not running")))
+            .ok_or_else(|| SandboxerError::NotRunning { id: id.into() }.into())
     }
 }
 
 const POD_CONFIG: &str = "runtime.v1.PodSandboxConfig";
+
+/// Writes the sandbox spec built from the CRI pod config into the bundle.
+fn write_spec(req: &CreateSandboxRequest) -> Result<PathBuf, SandboxerError> {
+    let cfg = match req.options.as_ref() {
+        Some(a) if a.type_url.ends_with(POD_CONFIG) => {
+            podconfig::decode(&a.value).map_err(SandboxerError::PodConfig)?
+        }
+        Some(a) if !a.type_url.is_empty() => {
+            return Err(SandboxerError::OptionsType {
+                type_url: a.type_url.clone(),
+                wanted: POD_CONFIG,
+            })
+        }
+        _ => Default::default(),
+    };
+    let spec = spec::build(&cfg, &req.sandbox_id, &req.netns_path).map_err(SandboxerError::Spec)?;
+    let bundle = PathBuf::from(&req.bundle_path);
+    let text = serde_json::to_vec_pretty(&spec).map_err(SandboxerError::Encode)?;
+    let path = bundle.join("config.json");
+    std::fs::write(&path, text).map_err(|source| SandboxerError::BundleWrite { path, source })?;
+    Ok(bundle)
+}
 
 #[async_trait]
 impl SandboxService for SandboxHandler {
@@ -75,31 +98,10 @@ impl SandboxService for SandboxHandler {
         req: CreateSandboxRequest,
     ) -> TtrpcResult<CreateSandboxResponse> {
         let id = req.sandbox_id.clone();
-        let cfg = match req.options.as_ref() {
-            Some(a) if a.type_url.ends_with(POD_CONFIG) => podconfig::decode(&a.value)
-                .map_err(|e| ShimError::InvalidArgument(e.to_string()))?,
-            Some(a) if !a.type_url.is_empty() => {
-                return Err(ShimError::InvalidArgument(format!(
-                    "CreateSandbox options of type {} (rund reads {POD_CONFIG})",
-                    a.type_url
-                ))
-                .into())
-            }
-            _ => Default::default(),
-        };
-        let spec = spec::build(&cfg, &id, &req.netns_path)
-            .map_err(|e| ShimError::InvalidArgument(format!("sandbox spec: {e}")))?;
-        let bundle = PathBuf::from(&req.bundle_path);
-        let text =
-            serde_json::to_vec_pretty(&spec).map_err(|e| ShimError::Internal(e.to_string()))?;
-        std::fs::write(bundle.join("config.json"), text).map_err(|e| {
-            ShimError::Internal(format!("write {}/config.json: {e}", bundle.display()))
-        })?;
+        let bundle = write_spec(&req).map_err(ShimError::from)?;
         let mut g = self.pod.lock().unwrap_or_else(|e| e.into_inner());
         if g.is_some() {
-            return Err(
-                ShimError::AlreadyExists(format!("this shim already has sandbox {id}")).into(),
-            );
+            return Err(ShimError::from(SandboxerError::Exists { id }).into());
         }
         *g = Some(Pod {
             id,
@@ -222,11 +224,7 @@ impl SandboxService for SandboxHandler {
     ) -> TtrpcResult<PingResponse> {
         let sb = self.sandbox(&req.sandbox_id)?;
         if sb.exited().is_some() {
-            return Err(ShimError::FailedPrecondition(format!(
-                "sandbox {} has exited",
-                req.sandbox_id
-            ))
-            .into());
+            return Err(ShimError::from(SandboxerError::Exited { id: req.sandbox_id }).into());
         }
         Ok(PingResponse::default())
     }

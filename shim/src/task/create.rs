@@ -19,6 +19,7 @@ use super::spawn::{self, Spawn};
 use super::state::{Container, Process};
 use super::undo::Undo;
 use super::Service;
+use super::TaskError;
 use crate::error::{Result, ShimError};
 use crate::io;
 use crate::rlimit::memlock;
@@ -37,7 +38,7 @@ pub async fn create_with(
     publish: bool,
 ) -> Result<CreateTaskResponse> {
     if req.id.is_empty() {
-        return Err(ShimError::InvalidArgument("container id is empty".into()));
+        return Err(TaskError::EmptyId { what: "container" }.into());
     }
     if !req.checkpoint.is_empty() {
         return Err(ShimError::Unimplemented(
@@ -97,17 +98,18 @@ async fn steps(
     let sandbox = match (&role, claim) {
         (_, Some(claim)) => super::pod::start(svc, claim, req, bundle, &spec, undo).await?,
         (Role::Standalone | Role::PodSandbox, None) => unreachable!("claimed above"),
-        (Role::PodContainer { sandbox_id }, None) => svc.sandbox().ok_or_else(|| {
-            ShimError::FailedPrecondition(format!(
-                "pod sandbox {sandbox_id} is not running in this shim"
-            ))
-        })?,
+        (Role::PodContainer { sandbox_id }, None) => {
+            svc.sandbox().ok_or_else(|| TaskError::NotRunningHere {
+                sandbox_id: sandbox_id.clone(),
+            })?
+        }
     };
     if let Some((status, _)) = sandbox.exited() {
-        return Err(ShimError::FailedPrecondition(format!(
-            "pod sandbox {} has exited (status {status})",
-            sandbox.id
-        )));
+        return Err(TaskError::SandboxExited {
+            id: sandbox.id.clone(),
+            status,
+        }
+        .into());
     }
     phases.mark("sandbox");
     spec::namespaced::check_namespaced(&spec, sandbox.userns)?;
@@ -155,7 +157,7 @@ async fn steps(
         let (b, mounts, sb) = (bundle.to_path_buf(), req.rootfs.clone(), sandbox.clone());
         tokio::task::spawn_blocking(move || super::remap::rootfs_tree(&b, &mounts, &root_path, &sb))
             .await
-            .map_err(|e| ShimError::Internal(format!("rootfs task: {e}")))??
+            .map_err(TaskError::blocking("rootfs"))??
     };
     if mounted {
         let b = bundle.to_path_buf();

@@ -12,6 +12,7 @@ use rund_check::{Gate, Verify};
 use rund_proto::fdpass::FdKind;
 
 use super::Service;
+use super::TaskError;
 use crate::error::{Result, ShimError};
 use crate::policy;
 use crate::rlimit::memlock;
@@ -49,7 +50,7 @@ pub async fn prepare(svc: &Arc<Service>, spec: &mut Spec, userns: bool) -> Resul
         Ok((req, report, edited))
     })
     .await
-    .map_err(|e| ShimError::Internal(e.to_string()))?
+    .map_err(TaskError::blocking("device injection"))?
     .map(|(r, rep, edited)| {
         *spec = edited;
         (r, rep)
@@ -70,7 +71,7 @@ pub async fn prepare(svc: &Arc<Service>, spec: &mut Spec, userns: bool) -> Resul
             let name = dev.clone();
             let outcome = tokio::task::spawn_blocking(move || gate.ensure(&name, &policy))
                 .await
-                .map_err(|e| ShimError::Internal(e.to_string()))??;
+                .map_err(TaskError::blocking("device gate"))??;
             notes.push(outcome.summary());
         }
     }
@@ -165,10 +166,7 @@ fn device_binds(
     let mut out = Vec::new();
     for (path, host) in paths {
         if !host.exists() {
-            return Err(ShimError::InvalidArgument(format!(
-                "device {path}: host node {} does not exist to bind into the user namespace",
-                host.display()
-            )));
+            return Err(TaskError::NoHostDevice { path, host }.into());
         }
         out.push((
             FdKind::Device(path),

@@ -11,8 +11,9 @@ use tokio::task::JoinHandle;
 
 use super::undo::Undo;
 use super::Service;
+use super::TaskError;
 use crate::cgroups::{self, ContainerCgroup};
-use crate::error::{Result, ShimError};
+use crate::error::Result;
 
 type Made = Result<(ContainerCgroup, Duration)>;
 
@@ -40,7 +41,7 @@ pub fn start(svc: &Arc<Service>, spec: &Spec, id: &str, undo: &mut Undo) -> Earl
             let svc = svc.clone();
             tokio::task::spawn_blocking(move || svc.cgroups())
                 .await
-                .map_err(|e| ShimError::Internal(format!("cgroup set-up task: {e}")))??
+                .map_err(TaskError::blocking("cgroup set-up"))??
         };
         let cg = ContainerCgroup::create(&all, &path, res).await?;
         Ok((cg, t0.elapsed()))
@@ -74,11 +75,9 @@ impl EarlyCgroup {
     pub async fn ready(&self, spec: &Spec) -> Result<(ContainerCgroup, Duration)> {
         let taken = std::mem::replace(&mut *lock(&self.slot), Slot::Gone);
         let (cg, took) = match taken {
-            Slot::Pending(h) => h
-                .await
-                .map_err(|e| ShimError::Internal(format!("cgroup task: {e}")))??,
+            Slot::Pending(h) => h.await.map_err(TaskError::blocking("cgroup"))??,
             Slot::Ready(cg) => (cg, Duration::ZERO),
-            Slot::Gone => return Err(ShimError::Internal("cgroup already taken".into())),
+            Slot::Gone => return Err(TaskError::CgroupTaken.into()),
         };
         *lock(&self.slot) = Slot::Ready(cg.clone());
         let now = cgroups::resources_for(spec).devices().clone();

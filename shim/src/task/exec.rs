@@ -10,6 +10,7 @@ use super::spawn::{self, Spawn};
 use super::state::Process;
 use super::undo::Undo;
 use super::Service;
+use super::TaskError;
 use crate::error::{Result, ShimError};
 use crate::io;
 use crate::rlimit::memlock::OnFailure;
@@ -17,31 +18,24 @@ use crate::rlimit::memlock::OnFailure;
 pub async fn exec(svc: &Arc<Service>, req: ExecProcessRequest) -> Result<()> {
     let c = svc.container(&req.id).await?;
     if req.exec_id.is_empty() {
-        return Err(ShimError::InvalidArgument("exec id is empty".into()));
+        return Err(TaskError::EmptyId { what: "exec" }.into());
     }
     if c.is_pod_sandbox {
-        return Err(ShimError::FailedPrecondition(format!(
-            "{} is a pod sandbox: rund runs no process there to exec into",
-            req.id
-        )));
+        return Err(TaskError::ExecIntoPodSandbox { id: req.id }.into());
     }
     if c.init.exit().is_some() || !c.init.started.load(std::sync::atomic::Ordering::SeqCst) {
-        return Err(ShimError::FailedPrecondition(format!(
-            "container {} is not running: cannot exec {}",
-            req.id, req.exec_id
-        )));
+        return Err(TaskError::ExecIntoStopped {
+            id: req.id,
+            exec_id: req.exec_id,
+        }
+        .into());
     }
-    let spec_any = req
-        .spec
-        .as_ref()
-        .ok_or_else(|| ShimError::InvalidArgument("exec has no process spec".into()))?;
-    let process: OciProcess = serde_json::from_slice(&spec_any.value)
-        .map_err(|e| ShimError::InvalidArgument(format!("exec process spec is malformed: {e}")))?;
+    let spec_any = req.spec.as_ref().ok_or(TaskError::NoProcessSpec)?;
+    let process: OciProcess =
+        serde_json::from_slice(&spec_any.value).map_err(TaskError::MalformedProcess)?;
     let rlimits = process.rlimits().clone().unwrap_or_default();
     crate::rlimit::validate(&rlimits)?;
-    let sandbox = svc
-        .sandbox()
-        .ok_or_else(|| ShimError::FailedPrecondition("the sandbox is gone".into()))?;
+    let sandbox = svc.sandbox().ok_or(TaskError::SandboxGone)?;
     let reserved = c.reserve_exec(&req.exec_id).ok_or_else(|| {
         ShimError::AlreadyExists(format!("exec {} already exists in {}", req.exec_id, req.id))
     })?;

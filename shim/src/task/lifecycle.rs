@@ -15,12 +15,12 @@ use containerd_shim_protos::types::task::ProcessInfo;
 use super::events::timestamp_ns;
 use super::state::{Container, ExitInfo, Process, Status};
 use super::Service;
+use super::TaskError;
 use crate::error::{Result, ShimError};
 use crate::sandbox::{pidmap, Sandbox};
 
 fn sandbox(svc: &Service) -> Result<Arc<Sandbox>> {
-    svc.sandbox()
-        .ok_or_else(|| ShimError::FailedPrecondition("the sandbox is gone".into()))
+    svc.sandbox().ok_or_else(|| TaskError::SandboxGone.into())
 }
 
 fn process(c: &Container, exec_id: &str) -> Result<Arc<Process>> {
@@ -33,9 +33,11 @@ pub async fn start(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<StartR
     let c = svc.container(id).await?;
     let p = process(&c, exec_id)?;
     if p.started.load(Ordering::SeqCst) {
-        return Err(ShimError::FailedPrecondition(format!(
-            "process {id}/{exec_id} already started"
-        )));
+        return Err(TaskError::AlreadyStarted {
+            id: id.into(),
+            exec_id: exec_id.into(),
+        }
+        .into());
     }
     let sb = sandbox(svc)?;
     if exec_id.is_empty() && !c.is_pod_sandbox {
@@ -171,9 +173,11 @@ pub async fn delete(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<Delet
     let sb = sandbox(svc).ok();
     if p.exit().is_none() {
         if p.started.load(Ordering::SeqCst) {
-            return Err(ShimError::FailedPrecondition(format!(
-                "process {id}/{exec_id} is still running"
-            )));
+            return Err(TaskError::StillRunning {
+                id: id.into(),
+                exec_id: exec_id.into(),
+            }
+            .into());
         }
         // Created but never started: it is blocked in the agent; end it.
         if let Some(sb) = &sb {
@@ -206,9 +210,7 @@ pub async fn delete(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<Delet
         });
     }
     if c.is_pod_sandbox && svc.containers.lock().await.len() > 1 {
-        return Err(ShimError::FailedPrecondition(format!(
-            "pod sandbox {id} still has containers; remove them first"
-        )));
+        return Err(TaskError::PodHasContainers { id: id.into() }.into());
     }
     if let Some(sb) = &sb {
         if !c.is_pod_sandbox && sb.exited().is_none() {
@@ -328,7 +330,7 @@ pub async fn pids(svc: &Arc<Service>, id: &str) -> Result<PidsResponse> {
         pidmap::host_pids_of(Path::new("/proc"), agent_pid, &inner)
     })
     .await
-    .map_err(|e| ShimError::Internal(e.to_string()))?;
+    .map_err(TaskError::blocking("process list"))?;
     let processes = listed
         .into_iter()
         .filter_map(|(inner, exec_id)| {
@@ -358,9 +360,11 @@ pub async fn resize_pty(
     let p = process(&c, exec_id)?;
     match &p.pty {
         Some(pty) => Ok(pty.resize(width, height)?),
-        None => Err(ShimError::FailedPrecondition(format!(
-            "process {id}/{exec_id} has no terminal"
-        ))),
+        None => Err(TaskError::NoTerminal {
+            id: id.into(),
+            exec_id: exec_id.into(),
+        }
+        .into()),
     }
 }
 

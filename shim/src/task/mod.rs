@@ -3,6 +3,8 @@
 mod create;
 mod devices;
 mod early_cgroup;
+mod error;
+pub use error::TaskError;
 pub mod events;
 mod exec;
 pub mod exit_signal;
@@ -15,6 +17,7 @@ mod pod;
 pub mod publish;
 mod remap;
 mod resources;
+pub use resources::stats_any;
 mod spawn;
 pub mod state;
 mod undo;
@@ -86,9 +89,7 @@ impl Service {
         }
         let made = rund_cgroup::Cgroups::new(self.config().cgroup.clone())
             .map(Arc::new)
-            .map_err(|e| {
-                ShimError::FailedPrecondition(format!("cgroups are unavailable on this node: {e}"))
-            })?;
+            .map_err(TaskError::CgroupsUnavailable)?;
         *slot = Some(made.clone());
         Ok(made)
     }
@@ -297,17 +298,6 @@ pub async fn remove_sandbox(svc: &Arc<Service>, id: &str) -> Result<(), ShimErro
         cg.destroy().await?;
     }
     Ok(())
-}
-
-/// A container's cgroup stats as containerd's metrics `Any`.
-pub async fn stats_any(
-    svc: &Arc<Service>,
-    id: &str,
-) -> Result<containerd_shim_protos::protobuf::well_known_types::any::Any, ShimError> {
-    let r = resources::stats(svc, id).await?;
-    r.stats
-        .into_option()
-        .ok_or_else(|| ShimError::Internal(format!("no stats for {id}")))
 }
 
 /// How long teardown waits for one exit to be published.

@@ -4,7 +4,8 @@
 
 use containerd_shim_protos::protobuf::well_known_types::any::Any;
 
-use crate::error::{Result, ShimError};
+use super::TaskError;
+use crate::error::Result;
 use crate::protowire;
 
 /// The config path in the options, if any.
@@ -20,7 +21,7 @@ pub fn config_path(options: Option<&Any>) -> Result<Option<String>> {
         }
         Ok(())
     })
-    .map_err(|e| ShimError::InvalidArgument(e.to_string()))?;
+    .map_err(TaskError::RuntimeOptions)?;
     Ok(path.filter(|p| !p.is_empty()))
 }
 

@@ -12,7 +12,8 @@ use rund_proto::launch::LaunchConfig;
 
 use super::undo::Undo;
 use super::Service;
-use crate::error::{Result, ShimError};
+use super::TaskError;
+use crate::error::Result;
 use crate::sandbox::spawn::SpawnPlan;
 use crate::sandbox::{self, Sandbox};
 use crate::spec;
@@ -56,9 +57,7 @@ pub fn lock(slot: &Mutex<Slot>) -> std::sync::MutexGuard<'_, Slot> {
 pub fn claim<'a>(slot: &'a Mutex<Slot>, id: &str) -> Result<Claim<'a>> {
     let mut s = lock(slot);
     if !matches!(*s, Slot::Empty) {
-        return Err(ShimError::FailedPrecondition(format!(
-            "this shim already runs a sandbox; container {id} is not part of it"
-        )));
+        return Err(TaskError::ShimTaken { id: id.into() }.into());
     }
     *s = Slot::Starting;
     Ok(Claim { slot, done: false })

@@ -8,6 +8,7 @@ use containerd_shim_protos::types::mount::Mount;
 use oci_spec::runtime::{MountBuilder, Spec};
 
 use super::Service;
+use super::TaskError;
 use crate::config::{OnPrivileged, OnUnsupported, RemapMode};
 use crate::error::{Result, ShimError};
 use crate::policy::PolicyError;
@@ -80,7 +81,7 @@ pub async fn plan(
                 Ok::<_, userns::UsernsError>(userns::first_unsupported(&paths, ns.as_fd()))
             })
             .await
-            .map_err(|e| ShimError::Internal(e.to_string()))??;
+            .map_err(TaskError::blocking("user namespace probe"))??;
             if let Some(e) = unsupported {
                 tracing::warn!(id = sandbox_id, "no user namespace for this pod: {e}");
                 return Ok(None);
@@ -217,7 +218,7 @@ where
         Ok::<_, userns::UsernsError>((store, got))
     })
     .await
-    .map_err(|e| ShimError::Internal(e.to_string()))?
+    .map_err(TaskError::blocking("user namespace lease"))?
     .map_err(ShimError::from)
 }
 
@@ -320,10 +321,7 @@ pub fn check_mount_idmaps(spec: &Spec, sandbox: &Sandbox, mode: BindsMode) -> Re
             .as_ref()
             .filter(|_| mode == BindsMode::Idmap)
         else {
-            return Err(ShimError::InvalidArgument(format!(
-                "{what} asks for an idmapped mount: rund idmaps binds only in a pod with a user \
-                 namespace, with binds \"idmap\""
-            )));
+            return Err(TaskError::IdmapWithoutUserns { what }.into());
         };
         for (field, map) in [("uidMappings", uid), ("gidMappings", gid)] {
             let root = map
@@ -331,11 +329,13 @@ pub fn check_mount_idmaps(spec: &Spec, sandbox: &Sandbox, mode: BindsMode) -> Re
                 .find(|r| r.container_id() == 0)
                 .map(|r| r.host_id());
             if !map.is_empty() && root != Some(info.host_root) {
-                return Err(ShimError::InvalidArgument(format!(
-                    "{what}.{field} maps container root to {root:?}, not to the pod's host id \
-                     {} (rund idmaps binds with the pod's map)",
-                    info.host_root
-                )));
+                return Err(TaskError::IdmapRootMismatch {
+                    what,
+                    field,
+                    root,
+                    host_root: info.host_root,
+                }
+                .into());
             }
         }
     }

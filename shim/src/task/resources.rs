@@ -3,25 +3,25 @@
 use std::sync::Arc;
 
 use containerd_shim_protos::api::{StatsResponse, UpdateTaskRequest};
+use containerd_shim_protos::protobuf::well_known_types::any::Any;
 use oci_spec::runtime::LinuxResources;
 
 use super::state::Container;
 use super::Service;
+use super::TaskError;
 use crate::cgroups::ContainerCgroup;
-use crate::error::{Result, ShimError};
+use crate::error::Result;
 
 fn cgroup_of(c: &Container) -> Result<&ContainerCgroup> {
     c.cgroup
         .as_ref()
-        .ok_or_else(|| ShimError::FailedPrecondition(format!("container {} has no cgroup", c.id)))
+        .ok_or_else(|| TaskError::NoCgroup { id: c.id.clone() }.into())
 }
 
 pub async fn pause(svc: &Arc<Service>, id: &str) -> Result<()> {
     let c = svc.container(id).await?;
     if c.init.exit().is_some() {
-        return Err(ShimError::FailedPrecondition(format!(
-            "container {id} is not running"
-        )));
+        return Err(TaskError::NotRunning { id: id.into() }.into());
     }
     cgroup_of(&c)?.freeze().await?;
     c.paused.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -38,31 +38,25 @@ pub async fn resume(svc: &Arc<Service>, id: &str) -> Result<()> {
 }
 
 pub async fn stats(svc: &Arc<Service>, id: &str) -> Result<StatsResponse> {
-    let c = svc.container(id).await?;
-    let s = cgroup_of(&c)?.stats().await?;
-    let any = crate::cgroups::metrics::to_any(&s)?;
     Ok(StatsResponse {
-        stats: Some(any).into(),
+        stats: Some(stats_any(svc, id).await?).into(),
         ..Default::default()
     })
 }
 
+/// A container's cgroup stats as containerd's metrics `Any`.
+pub async fn stats_any(svc: &Arc<Service>, id: &str) -> Result<Any> {
+    let c = svc.container(id).await?;
+    let s = cgroup_of(&c)?.stats().await?;
+    Ok(crate::cgroups::metrics::to_any(&s)?)
+}
+
 pub async fn update(svc: &Arc<Service>, req: UpdateTaskRequest) -> Result<()> {
     let c = svc.container(&req.id).await?;
-    let any = req
-        .resources
-        .as_ref()
-        .ok_or_else(|| ShimError::InvalidArgument("update carries no resources".into()))?;
-    let res: LinuxResources = serde_json::from_slice(&any.value)
-        .map_err(|e| ShimError::InvalidArgument(format!("update resources are malformed: {e}")))?;
-    let cg = cgroup_of(&c)?;
-    cg.update(res).await.map_err(|e| {
-        if e.is_invalid() {
-            ShimError::InvalidArgument(e.to_string())
-        } else {
-            e.into()
-        }
-    })
+    let any = req.resources.as_ref().ok_or(TaskError::NoResources)?;
+    let res: LinuxResources =
+        serde_json::from_slice(&any.value).map_err(TaskError::MalformedResources)?;
+    Ok(cgroup_of(&c)?.update(res).await?)
 }
 
 /// Registers for OOM notifications of the container's cgroup before its

@@ -12,8 +12,9 @@ use rund_proto::fdpass::FdKind;
 use rund_proto::ContainerOptions;
 
 use super::undo::Undo;
+use super::TaskError;
 use crate::cgroups::ContainerCgroup;
-use crate::error::{Result, ShimError};
+use crate::error::Result;
 use crate::io::{self, pty::Pty, stdin::StdinFeeder};
 use crate::rlimit::memlock::{self, OnFailure};
 use crate::sandbox::agent::FdBatch;
@@ -55,8 +56,10 @@ pub async fn container(
     options: ContainerOptions,
     undo: &mut Undo,
 ) -> Result<Spawned> {
-    let spec_json =
-        serde_json::to_vec(spec).map_err(|e| ShimError::Internal(format!("spec: {e}")))?;
+    let spec_json = serde_json::to_vec(spec).map_err(|source| TaskError::Encode {
+        what: "spec",
+        source,
+    })?;
     run(s, Request::Container { spec_json, options }, undo).await
 }
 
@@ -65,8 +68,10 @@ pub async fn exec(
     process: &oci_spec::runtime::Process,
     undo: &mut Undo,
 ) -> Result<Spawned> {
-    let process_json =
-        serde_json::to_vec(process).map_err(|e| ShimError::Internal(format!("process: {e}")))?;
+    let process_json = serde_json::to_vec(process).map_err(|source| TaskError::Encode {
+        what: "process",
+        source,
+    })?;
     run(s, Request::Exec { process_json }, undo).await
 }
 
@@ -103,7 +108,7 @@ async fn run(s: Spawn<'_>, req: Request, undo: &mut Undo) -> Result<Spawned> {
         pidmap::host_pid(Path::new("/proc"), agent_pid, inner_pid)
     })
     .await
-    .map_err(|e| ShimError::Internal(e.to_string()))??;
+    .map_err(TaskError::blocking("host pid lookup"))??;
     let io::OpenedStdio { pass, stdin, pty } = opened;
     drop(pass);
     Ok(Spawned {
