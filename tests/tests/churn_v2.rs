@@ -181,7 +181,12 @@ fn retry<T>(mut f: impl FnMut() -> Result<T, String>) -> Result<T, String> {
 /// path (StopPodSandbox + RemovePodSandbox, timed) and the kubelet's rmdir of the pod cgroup
 /// (or, with `keep`, the pod cgroup once rund or runc removed their children). Returns the
 /// delete time.
-fn one_pod(fx: &CriFixture, top_rel: &str, i: usize, keep: &mut Vec<PathBuf>) -> Result<f64, String> {
+fn one_pod(
+    fx: &CriFixture,
+    top_rel: &str,
+    i: usize,
+    keep: &mut Vec<PathBuf>,
+) -> Result<f64, String> {
     let root = Path::new(ROOT);
     let uid = format!("churn{i:04}x{}", std::process::id());
     let pod_rel = format!("{top_rel}/besteffort/pod{uid}");
@@ -215,7 +220,9 @@ fn one_pod(fx: &CriFixture, top_rel: &str, i: usize, keep: &mut Vec<PathBuf>) ->
             n => Err(format!("{n} children left in {}", dir.display())),
         })
     } else {
-        retry(|| std::fs::remove_dir(&dir).map_err(|e| format!("kubelet rmdir {}: {e}", dir.display())))
+        retry(|| {
+            std::fs::remove_dir(&dir).map_err(|e| format!("kubelet rmdir {}: {e}", dir.display()))
+        })
     };
     ran.and(deleted).and(removed).map(|()| delete_ms)
 }
@@ -257,7 +264,12 @@ fn churn(v: &Variant, n: usize) -> Option<Row> {
         }
         if (i + 1) % 10 == 0 {
             let secs = start.elapsed().as_secs_f64();
-            eprintln!("{}: {} pods, {secs:.0} s, dying {}", v.label, i + 1, dying(&top));
+            eprintln!(
+                "{}: {} pods, {secs:.0} s, dying {}",
+                v.label,
+                i + 1,
+                dying(&top)
+            );
         }
     }
     row.wall = start.elapsed();
@@ -276,7 +288,10 @@ fn churn(v: &Variant, n: usize) -> Option<Row> {
     if !kept.is_empty() {
         // Which pods' children are still dying; then the pod cgroups themselves go.
         let per_pod: Vec<u64> = kept.iter().map(|d| dying(d)).collect();
-        eprintln!("{}: dying children per pod {LATER:?} after the churn: {per_pod:?}", v.label);
+        eprintln!(
+            "{}: dying children per pod {LATER:?} after the churn: {per_pod:?}",
+            v.label
+        );
         for d in &kept {
             if let Err(e) = std::fs::remove_dir(d) {
                 row.failures.push(format!("rmdir {}: {e}", d.display()));
@@ -284,7 +299,10 @@ fn churn(v: &Variant, n: usize) -> Option<Row> {
         }
         std::thread::sleep(Duration::from_secs(5));
         row.dying_later = dying(&top);
-        eprintln!("{}: dying 5 s after the pod cgroups' rmdir: {}", v.label, row.dying_later);
+        eprintln!(
+            "{}: dying 5 s after the pod cgroups' rmdir: {}",
+            v.label, row.dying_later
+        );
     }
     let _ = std::fs::remove_dir(top.join("besteffort"));
     let _ = std::fs::remove_dir(&top);
@@ -302,7 +320,10 @@ fn pod_churn_dying_cgroups() {
     let n = env_size("RUND_CHURN_PODS", 200);
     let pick = std::env::var("RUND_CHURN_VARIANTS").unwrap_or_else(|_| "runc:rund:reclaim".into());
     let mut rows = Vec::new();
-    for v in VARIANTS.iter().filter(|v| pick.split(':').any(|p| p == v.key)) {
+    for v in VARIANTS
+        .iter()
+        .filter(|v| pick.split(':').any(|p| p == v.key))
+    {
         let Some(row) = churn(v, n) else {
             return;
         };

@@ -27,10 +27,14 @@ fn kubelet_shaped_pod_sits_at_exact_paths_and_leaves_nothing() {
     let test = "kubelet_shaped_pod_sits_at_exact_paths_and_leaves_nothing";
     // The cgroupfs driver: the pod's cgroup under the instance's parent, and containerd's
     // cgroupsPath `<pod cgroup>/<id>` as it is.
-    pod_at_exact_paths(test, |ctd| {
-        let rel = format!("{}/podkubelet", ctd.cgroup_parent.trim_start_matches('/'));
-        (rel.clone(), format!("/{rel}"))
-    }, |id| id.to_string());
+    pod_at_exact_paths(
+        test,
+        |ctd| {
+            let rel = format!("{}/podkubelet", ctd.cgroup_parent.trim_start_matches('/'));
+            (rel.clone(), format!("/{rel}"))
+        },
+        |id| id.to_string(),
+    );
 }
 
 #[test]
@@ -42,12 +46,16 @@ fn systemd_slices_pod_sits_at_exact_scopes_and_leaves_nothing() {
     // systemd driver (and rund) expand to the nested slices plus `cri-containerd-<id>.scope`.
     let uid = format!("sd{}", std::process::id());
     let made_top = !Path::new(ROOT).join("kubepods.slice").exists();
-    pod_at_exact_paths(test, |_| {
-        let rel = format!(
-            "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{uid}.slice"
-        );
-        (rel.clone(), format!("/{rel}"))
-    }, |id| format!("cri-containerd-{id}.scope"));
+    pod_at_exact_paths(
+        test,
+        |_| {
+            let rel = format!(
+                "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{uid}.slice"
+            );
+            (rel.clone(), format!("/{rel}"))
+        },
+        |id| format!("cri-containerd-{id}.scope"),
+    );
     // The QoS slices are the kubelet's and stay; the test's own go (only if it made them).
     if made_top {
         for d in ["kubepods.slice/kubepods-besteffort.slice", "kubepods.slice"] {
@@ -105,7 +113,10 @@ fn pod_at_exact_paths(
         let procs =
             std::fs::read_to_string(root.join(&pod_rel).join(name_of(id)).join("cgroup.procs"))
                 .unwrap_or_default();
-        assert!(!procs.trim().is_empty(), "{what}: no process at its exact path");
+        assert!(
+            !procs.trim().is_empty(),
+            "{what}: no process at its exact path"
+        );
     };
     assert_placed("the sandbox", &[&pod_id], &pod_id);
 
@@ -117,7 +128,8 @@ fn pod_at_exact_paths(
     );
     let init_id = cri.create_and_start(&pod_id, &init, &pod).expect("init");
     assert_placed("init", &[&pod_id, &init_id], &init_id);
-    cri.stop_container(&init_id, 10).expect("StopContainer init");
+    cri.stop_container(&init_id, 10)
+        .expect("StopContainer init");
     wait_for("init exited", || exited(&init_id));
     let code = cri.container_status(&init_id).expect("status").exit_code;
     assert_eq!(code, 0, "init's exit code");

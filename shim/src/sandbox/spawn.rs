@@ -135,10 +135,12 @@ fn spawn_blocking(plan: SpawnPlan) -> Result<Spawned, SandboxError> {
 /// read from disk again by the next pod). Costs a page-cache walk when cached.
 fn warm_page_cache(bin: &std::path::Path) {
     use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
-    let r = std::fs::File::open(bin).map_err(|e| e.to_string()).and_then(|f| {
-        posix_fadvise(&f, 0, 0, PosixFadviseAdvice::POSIX_FADV_WILLNEED)
-            .map_err(|e| e.to_string())
-    });
+    let r = std::fs::File::open(bin)
+        .map_err(|e| e.to_string())
+        .and_then(|f| {
+            posix_fadvise(&f, 0, 0, PosixFadviseAdvice::POSIX_FADV_WILLNEED)
+                .map_err(|e| e.to_string())
+        });
     if let Err(e) = r {
         tracing::debug!(bin = %bin.display(), %e, "page cache warm-up of the agent");
     }
