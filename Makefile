@@ -65,14 +65,19 @@ test-v2: build vm-deps
 	$(VM_RUN) --suite v2
 
 # Not in test-v2 (long, ignored tests): in the v2 VM, pod churn of kubelet-shaped pods for runc
-# and rund (reclaim_on_remove on and off) with the dying cgroups left and the delete cost, then
-# single-start medians rund vs runc-v2; results in target/vm/churn-v2/logs/. RUND_CHURN_PODS
-# (default 200) and RUND_CHURN_STARTS (default 10) change the sizes; RUND_VM_BIN_DIR=$(CURDIR)/target/release
-# measures release binaries.
+# and rund (default config, and reclaim_on_remove = true) with the dying cgroups left and the
+# delete cost, then single-start medians rund vs runc-v2; results in target/vm/churn-v2/logs/.
+# containerd's root is on a virtio disk (RUND_VM_BLOCK=0: a loop device) and rund's binaries on
+# it too (RUND_VM_LOCAL_BINS=0: the 9p-shared host root), as on a node. RUND_CHURN_PODS
+# (default 200) and RUND_CHURN_STARTS (default 10) change the sizes, RUND_CHURN_VARIANTS,
+# RUND_CHURN_WORKLOAD and RUND_CHURN_KEEP what is run (see tests/tests/churn_v2.rs);
+# RUND_VM_BIN_DIR=$(CURDIR)/target/release measures release binaries.
 churn-v2: build vm-deps
-	RUND_VM_TIMEOUT=$${RUND_VM_TIMEOUT:-14400} bash tests/vm/run.sh --suite v2 --tests 'churn_v2' \
+	RUND_VM_BLOCK=$${RUND_VM_BLOCK:-1} RUND_VM_TIMEOUT=$${RUND_VM_TIMEOUT:-14400} \
+		bash tests/vm/run.sh --suite v2 --tests 'churn_v2' \
 		--ignored --timeout 10800 --out $(CURDIR)/target/vm/churn-v2 \
-		$(foreach v,RUND_CHURN_PODS RUND_CHURN_STARTS RUND_VM_BIN_DIR,$(if $($(v)),--env $(v)=$($(v))))
+		--env RUND_VM_LOCAL_BINS=$${RUND_VM_LOCAL_BINS:-1} \
+		$(foreach v,RUND_CHURN_PODS RUND_CHURN_STARTS RUND_CHURN_VARIANTS RUND_CHURN_WORKLOAD RUND_CHURN_KEEP RUND_VM_BIN_DIR,$(if $($(v)),--env $(v)=$($(v))))
 
 # soft-RoCE (rxe0 on dummy0) and an ib_write_bw loopback in the VM, then tests/vm/rdma.list:
 # discovery, write_bw against ib_write_bw, ib_write_bw -a in a container, the gate.

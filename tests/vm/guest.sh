@@ -4,7 +4,7 @@
 # run every test of the plan alone and write `key<TAB>result<TAB>seconds<TAB>note` lines to
 # $out/results.tsv and each test's output to $out/logs/.
 set -uo pipefail
-out= suite=v2 timeout=600 runtime= ignored=
+out= suite=v2 timeout=600 runtime= ignored= block=
 while [ $# -gt 0 ]; do
     case $1 in
     --out) out=$2; shift 2 ;;
@@ -12,6 +12,7 @@ while [ $# -gt 0 ]; do
     --timeout) timeout=$2; shift 2 ;;
     --runtime) runtime=$2; shift 2 ;;
     --ignored) ignored=--include-ignored; shift ;;
+    --block) block=1; shift ;;
     --env) export "${2?}"; shift 2 ;;
     *) echo "guest: unknown argument $1" >&2; exit 2 ;;
     esac
@@ -35,16 +36,30 @@ if awk '$3 == "cgroup" {found=1} END {exit !found}' /proc/mounts; then
     die "a cgroup v1 hierarchy is mounted"
 fi
 say "cgroup2 only: $(cat /sys/fs/cgroup/cgroup.controllers)"
+say "root: $(awk '$2 == "/" {print $1, $3, $4}' /proc/mounts | tail -1)"
 
 # containerd's root and the harness dirs on ext4 (in a sized tmpfs: the image is sparse and
 # mounted with discard, so it takes only the memory in use).
 modprobe ext4 && modprobe loop || die "modprobe ext4 loop failed"
 disk=/tmp/rund-vm-disk vol=/tmp/rund-vm
 mkdir -p "$disk" "$vol" /tmp/rund-it /tmp/rund-direct
-mount -t tmpfs -o size="${RUND_VM_DISK:-2G}" rund-vm-disk "$disk" || die "tmpfs for the image"
-truncate -s "${RUND_VM_DISK:-2G}" "$disk/ext4.img"
-mkfs.ext4 -q -F "$disk/ext4.img" || die "mkfs.ext4 failed"
-mount -o loop,discard "$disk/ext4.img" "$vol" || die "loop mount of the ext4 image failed"
+if [ -n "$block" ]; then
+    # run.sh attached a disk (RUND_VM_BLOCK=1): virtme-ng gives it as virtio-blk.
+    dev=
+    for _ in $(seq 100); do
+        for d in /dev/vda /dev/sda; do [ -b $d ] && dev=$d && break 2; done
+        sleep 0.1
+    done
+    [ -n "$dev" ] || die "no disk at /dev/vda or /dev/sda (RUND_VM_BLOCK)"
+    mkfs.ext4 -q -F "$dev" || die "mkfs.ext4 $dev failed"
+    mount "$dev" "$vol" || die "mount $dev failed"
+    say "the tests' ext4 is $dev"
+else
+    mount -t tmpfs -o size="${RUND_VM_DISK:-2G}" rund-vm-disk "$disk" || die "tmpfs for the image"
+    truncate -s "${RUND_VM_DISK:-2G}" "$disk/ext4.img"
+    mkfs.ext4 -q -F "$disk/ext4.img" || die "mkfs.ext4 failed"
+    mount -o loop,discard "$disk/ext4.img" "$vol" || die "loop mount of the ext4 image failed"
+fi
 mkdir -p "$vol/it" "$vol/direct" "$vol/tmp"
 mount --bind "$vol/it" /tmp/rund-it && mount --bind "$vol/direct" /tmp/rund-direct ||
     die "bind mounts of the ext4 dirs failed"
@@ -73,6 +88,15 @@ while IFS=$'\t' read -r bin exe pkg test; do
     export RUND_BIN_DIR
     # RUND_VM_BIN_DIR (e.g. target/release, through --env) picks other rund binaries.
     RUND_BIN_DIR=${RUND_VM_BIN_DIR:-$(dirname "$(dirname "$exe")")}
+    # RUND_VM_LOCAL_BINS=1 runs rund's binaries from the VM's ext4 disk, as a node runs them
+    # from its own disk (the shared host root is 9p, whose page cache behaves otherwise).
+    if [ "${RUND_VM_LOCAL_BINS:-0}" = 1 ]; then
+        mkdir -p "$vol/bin"
+        for b in containerd-shim-rund-v2 rund-agent rund; do
+            [ -e "$vol/bin/$b" ] || cp "$RUND_BIN_DIR/$b" "$vol/bin/$b" 2>/dev/null || true
+        done
+        RUND_BIN_DIR=$vol/bin
+    fi
     t0=$(date +%s)
     (cd "$pkg" && timeout -k 10 "$timeout" "$exe" --exact "$test" --nocapture \
         --test-threads=1 $ignored) </dev/null >"$log" 2>&1

@@ -13,7 +13,8 @@
 # Environment: RUND_VM_CACHE (virtme-ng venv; default ~/.cache/rund-vm), RUND_VM_KERNEL
 # (default the newest /boot/vmlinuz-6.1.0-*-amd64), RUND_VM_MEMORY (4G), RUND_VM_CPUS (2),
 # RUND_VM_KVM (auto: KVM only when a probe boot works; 0: TCG; 1: KVM), RUND_VM_TIMEOUT (the
-# whole VM, default 2700 s; --timeout is per test, default 600 s), CARGO.
+# whole VM, default 2700 s; --timeout is per test, default 600 s), RUND_VM_BLOCK (1: the tests'
+# ext4 is a virtio disk, a sparse file in --out, instead of a loop device), CARGO.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 ws=$(cd "$here/../.." && pwd)
@@ -34,6 +35,7 @@ while [ $# -gt 0 ]; do
     *) echo "vm: unknown argument $1" >&2; exit 2 ;;
     esac
 done
+rm_disk() { rm -f "${out:?}/disk.img"; }
 case $suite in v2|rdma) ;; *) echo "vm: --suite is v2 or rdma, not $suite" >&2; exit 2 ;; esac
 [ -n "$list" ] || list=$here/$suite.list
 [ -n "$out" ] || out=$ws/target/vm/$suite${runtime:+-${runtime//[^a-z0-9]/_}}
@@ -75,22 +77,32 @@ esac
 accel=KVM; [ -n "$kvm_flag" ] && accel=TCG
 say "booting $(basename "$kernel") ($accel)"
 
+# A real block device for the tests' ext4 (as on a node): the loop driver's per-cgroup workers
+# hold each writer's io cgroup for a minute after its last write.
+disk_flag= block=
+if [ "${RUND_VM_BLOCK:-0}" = 1 ]; then
+    truncate -s "${RUND_VM_DISK:-2G}" "$out/disk.img"
+    disk_flag="--disk $out/disk.img" block=" --block"
+fi
+
 vm_start=$(date +%s)
 set +e
 # The guest script prints its progress; the results are files under $out.
 PATH=$(dirname "$vng"):$PATH timeout "${RUND_VM_TIMEOUT:-2700}" \
     "$vng" $kvm_flag -r "$kernel" --memory "${RUND_VM_MEMORY:-4G}" --cpus "${RUND_VM_CPUS:-2}" \
-    --rwdir "$out" --cwd "$ws" \
-    -- "bash $here/guest.sh --out $out --suite $suite --timeout $timeout --runtime '$runtime' $ignored$envs" \
+    --rwdir "$out" --cwd "$ws" $disk_flag \
+    -- "bash $here/guest.sh --out $out --suite $suite --timeout $timeout --runtime '$runtime'$block $ignored$envs" \
     </dev/null 2>&1 | tee "$out/console.log"
 vm_rc=${PIPESTATUS[0]}
 set -e
 vm_secs=$(($(date +%s) - vm_start))
 
 if [ ! -f "$out/done" ]; then
+    rm_disk
     say "the VM ended (rc $vm_rc) before reporting; see $out/console.log and guest.log"
     tail -n 30 "$out/console.log" 2>/dev/null >&2 || true
     exit 1
 fi
+rm_disk
 python3 "$here/report.py" "$out" --suite "$suite" --vm-secs "$vm_secs" \
     --total-secs $(($(date +%s) - start))

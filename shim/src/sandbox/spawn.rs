@@ -50,6 +50,7 @@ fn spawn_blocking(plan: SpawnPlan) -> Result<Spawned, SandboxError> {
         .map_err(|e| SandboxError::Spawn(format!("socketpair: {e}")))?;
     let (fd_shim, fd_agent) = seqpacket()?;
     let (sync_shim, sync_agent) = seqpacket()?;
+    warm_page_cache(&plan.agent_bin);
     // Exec the agent through a read-only mount of its binary: inside a
     // container, /proc/<agent or exec>/exe cannot be opened for writing.
     let exe = crate::rootfs::detached::readonly_file(&plan.agent_bin)
@@ -125,6 +126,24 @@ fn spawn_blocking(plan: SpawnPlan) -> Result<Spawned, SandboxError> {
         conn: OwnedFd::from(conn_shim),
         fdpass: fd_shim,
     })
+}
+
+/// Reads the agent's binary into the page cache from the shim, so its pages
+/// are charged to the shim's long-lived cgroup: faulted in first by an agent
+/// already moved into a pod's cgroup, they would be charged to that pod, keep
+/// its memory cgroup alive after the pod is gone (or, reclaimed with it, be
+/// read from disk again by the next pod). Costs a page-cache walk when cached.
+fn warm_page_cache(bin: &std::path::Path) {
+    use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
+    let r = std::fs::File::open(bin)
+        .map_err(|e| e.to_string())
+        .and_then(|f| {
+            posix_fadvise(&f, 0, 0, PosixFadviseAdvice::POSIX_FADV_WILLNEED)
+                .map_err(|e| e.to_string())
+        });
+    if let Err(e) = r {
+        tracing::debug!(bin = %bin.display(), %e, "page cache warm-up of the agent");
+    }
 }
 
 /// Returns the agent pid and whether the agent already said Ready (the

@@ -39,6 +39,8 @@ pub struct CgroupConfig {
     /// Before removing a cgroup, ask the kernel to reclaim its memory
     /// (`memory.reclaim` on v2, kernel >= 5.19; `memory.force_empty` on
     /// v1), so fewer dying memory cgroups stay behind holding page cache.
+    /// Off by default: it also evicts shared files (image binaries) that
+    /// the pod happened to read first, which the next pod reads again.
     pub reclaim_on_remove: bool,
 }
 
