@@ -12,12 +12,6 @@ use crate::task::TaskError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ShimError {
-    #[error("{0}")]
-    NotFound(String),
-    #[error("{0}")]
-    AlreadyExists(String),
-    #[error("{0}")]
-    Unimplemented(String),
     #[error(transparent)]
     Spec(#[from] SpecError),
     #[error(transparent)]
@@ -55,8 +49,6 @@ pub type Result<T> = std::result::Result<T, ShimError>;
 impl ShimError {
     pub fn code(&self) -> Code {
         match self {
-            ShimError::NotFound(_) => Code::NOT_FOUND,
-            ShimError::AlreadyExists(_) => Code::ALREADY_EXISTS,
             ShimError::Spec(_) | ShimError::Devices(_) => Code::INVALID_ARGUMENT,
             ShimError::Task(e) => task_code(e),
             ShimError::Sandboxer(e) => sandboxer_code(e),
@@ -69,7 +61,6 @@ impl ShimError {
             ShimError::Userns(e) if e.is_exhausted() => Code::RESOURCE_EXHAUSTED,
             ShimError::Userns(_) => Code::FAILED_PRECONDITION,
             ShimError::Rlimit(_) => Code::FAILED_PRECONDITION,
-            ShimError::Unimplemented(_) => Code::UNIMPLEMENTED,
             ShimError::Rootfs(RootfsError::Missing(_)) => Code::INVALID_ARGUMENT,
             ShimError::Rootfs(RootfsError::Unsupported(_)) => Code::UNIMPLEMENTED,
             ShimError::Cgroup(e) if e.is_unimplemented() => Code::UNIMPLEMENTED,
@@ -103,6 +94,11 @@ impl ShimError {
 fn task_code(e: &TaskError) -> Code {
     use TaskError as T;
     match e {
+        T::ContainerExists { .. } | T::ExecExists { .. } => Code::ALREADY_EXISTS,
+        T::ContainerNotFound { .. } | T::ProcessNotFound { .. } | T::ProcessFinished { .. } => {
+            Code::NOT_FOUND
+        }
+        T::Unsupported { .. } => Code::UNIMPLEMENTED,
         T::EmptyId { .. }
         | T::NoProcessSpec
         | T::MalformedProcess(_)
@@ -152,10 +148,8 @@ mod tests {
 
     #[test]
     fn codes_map_at_the_edge() {
-        assert_eq!(
-            ShimError::Unimplemented("Checkpoint".into()).code(),
-            Code::UNIMPLEMENTED
-        );
+        let checkpoint = TaskError::Unsupported { what: "Checkpoint" };
+        assert_eq!(ShimError::from(checkpoint).code(), Code::UNIMPLEMENTED);
         let spec = SpecError::Malformed("x".into());
         assert_eq!(ShimError::from(spec).code(), Code::INVALID_ARGUMENT);
         let agent = SandboxError::Rpc {
@@ -275,6 +269,38 @@ mod tests {
         for e in faults {
             let m = e.to_string();
             assert_eq!(code_of(e), Code::INTERNAL, "{m}");
+        }
+        let (id, exec_id) = (s("c1"), s("e1"));
+        let named = [
+            (
+                TaskError::ContainerExists { id: id.clone() },
+                Code::ALREADY_EXISTS,
+            ),
+            (
+                TaskError::ExecExists {
+                    id: id.clone(),
+                    exec_id: exec_id.clone(),
+                },
+                Code::ALREADY_EXISTS,
+            ),
+            (
+                TaskError::ContainerNotFound { id: id.clone() },
+                Code::NOT_FOUND,
+            ),
+            (
+                TaskError::ProcessNotFound {
+                    id: id.clone(),
+                    exec_id: exec_id.clone(),
+                },
+                Code::NOT_FOUND,
+            ),
+            (TaskError::ProcessFinished { id, exec_id }, Code::NOT_FOUND),
+            (TaskError::Unsupported { what: "x" }, Code::UNIMPLEMENTED),
+        ];
+        for (e, want) in named {
+            let m = e.to_string();
+            assert!(m.contains("c1") || m.contains("support"), "{m}");
+            assert_eq!(code_of(e), want, "{m}");
         }
     }
 

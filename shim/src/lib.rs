@@ -10,6 +10,7 @@ pub mod failpoint;
 pub mod hooks;
 pub mod io;
 pub mod logging;
+pub mod phase_layer;
 pub mod policy;
 pub mod protowire;
 pub mod record;

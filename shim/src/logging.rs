@@ -10,6 +10,11 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::OnceLock;
 
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::Layer;
+
 static LOG: OnceLock<File> = OnceLock::new();
 
 pub fn init(debug: bool) {
@@ -20,13 +25,23 @@ pub fn init(debug: bool) {
         .or_else(|_| OpenOptions::new().write(true).open("/dev/null"));
     let Ok(file) = file else { return };
     let _ = LOG.set(file);
-    let level = if debug { "debug" } else { "info" };
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_env("RUND_LOG").unwrap_or_else(|_| level.into());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let level = if debug {
+        tracing::Level::DEBUG
+    } else {
+        tracing::Level::INFO
+    };
+    // `RUND_LOG=info,rund_shim::io=debug`: levels per target (no regex).
+    let filter = std::env::var("RUND_LOG")
+        .ok()
+        .and_then(|s| s.parse::<Targets>().ok())
+        .unwrap_or_else(|| Targets::new().with_default(level));
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(false)
         .with_writer(|| SharedLog)
+        .with_filter(filter);
+    let _ = tracing_subscriber::registry()
+        .with(fmt)
+        .with(crate::phase_layer::layer())
         .try_init();
 }
 

@@ -52,13 +52,6 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
-/// CPU time of the calling thread (user + kernel); zero if unreadable.
-fn thread_cpu() -> std::time::Duration {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
-        .map(std::time::Duration::from)
-        .unwrap_or_default()
-}
-
 /// The cgroupsPath to use: the spec's, else `/rund/<id>`.
 pub fn path_for(spec: &Spec, id: &str) -> String {
     spec.linux()
@@ -86,9 +79,6 @@ pub fn resources_for(spec: &Spec) -> LinuxResources {
 pub struct ContainerCgroup {
     mgr: CgroupManager,
     path: String,
-    /// CPU time Create spent making the cgroup: its work, without the wait
-    /// for a CPU that dominates wall time when hundreds start at once.
-    pub create_cpu: std::time::Duration,
 }
 
 impl ContainerCgroup {
@@ -99,16 +89,18 @@ impl ContainerCgroup {
     ) -> Result<Self, CgroupError> {
         let cg = cgroups.clone();
         let p = path.to_string();
-        let (mgr, cpu) = blocking(path, move || {
-            let t0 = thread_cpu();
-            let mgr = cg.create(&p, Some(&res))?;
-            Ok((mgr, thread_cpu().saturating_sub(t0)))
+        // `cgroup_cpu` in the phases: the work, without the wait for a CPU
+        // that dominates wall time when hundreds start at once.
+        let parent = tracing::Span::current();
+        let mgr = blocking(path, move || {
+            let _cpu = tracing::trace_span!(target: crate::phase_layer::TARGET, parent: &parent, "cgroup_cpu", measure = "cpu")
+                .entered();
+            cg.create(&p, Some(&res))
         })
         .await?;
         Ok(ContainerCgroup {
             mgr,
             path: path.to_string(),
-            create_cpu: cpu,
         })
     }
 

@@ -7,6 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use tracing::Instrument;
+
 use containerd_shim_protos::api::{CreateTaskRequest, CreateTaskResponse};
 use oci_spec::runtime::Spec;
 use rund_proto::fdpass::FdKind;
@@ -14,13 +16,12 @@ use rund_proto::ContainerOptions;
 
 use super::early_cgroup;
 use super::namespaces;
-use super::phases::Phases;
 use super::spawn::{self, Spawn};
 use super::state::{Container, Process};
 use super::undo::Undo;
 use super::Service;
 use super::TaskError;
-use crate::error::{Result, ShimError};
+use crate::error::Result;
 use crate::io;
 use crate::rlimit::memlock;
 use crate::rootfs;
@@ -41,9 +42,10 @@ pub async fn create_with(
         return Err(TaskError::EmptyId { what: "container" }.into());
     }
     if !req.checkpoint.is_empty() {
-        return Err(ShimError::Unimplemented(
-            "rund does not support restoring from a checkpoint".into(),
-        ));
+        return Err(TaskError::Unsupported {
+            what: "restoring from a checkpoint",
+        }
+        .into());
     }
     let _id = svc.reserve(&req.id).await?;
     crate::failpoint::hit("create:reserved", &req.id);
@@ -51,7 +53,11 @@ pub async fn create_with(
     let spec = spec::load(&bundle)?;
     spec::check_supported(&spec)?;
     let mut undo = Undo::new(format!("create {}", req.id));
-    match steps(svc, &req, &bundle, spec, &mut undo).await {
+    let timed = crate::create_span!(req.id);
+    match steps(svc, &req, &bundle, spec, &mut undo)
+        .instrument(timed)
+        .await
+    {
         Ok(c) => {
             crate::failpoint::hit("create:placed", &req.id);
             undo.commit();
@@ -92,7 +98,6 @@ async fn steps(
         Role::Standalone | Role::PodSandbox => Some(super::pod::claim_first(svc, req)?),
         Role::PodContainer { .. } => None,
     };
-    let mut phases = Phases::start();
     // Made at its exact path while the sandbox and the rootfs are set up.
     let early = early_cgroup::start(svc, &spec, &req.id, undo);
     let sandbox = match (&role, claim) {
@@ -111,18 +116,17 @@ async fn steps(
         }
         .into());
     }
-    phases.mark("sandbox");
+    crate::phase!("sandbox");
     spec::namespaced::check_namespaced(&spec, sandbox.userns)?;
     let config = svc.config();
     let stdio = io::Stdio::of(&req.stdin, &req.stdout, &req.stderr, req.terminal);
     if role == Role::PodSandbox {
         // The agent plays the pod's sandbox container: its cgroup is the agent's.
-        let (cg, made) = early.ready(&spec).await?;
-        phases.mark("cgroup");
-        phases.extra("cgroup_made", made);
+        let cg = early.ready(&spec).await?;
+        crate::phase!("cgroup");
         cg.add_pid(sandbox.pid()).await?;
-        phases.mark("place");
-        phases.record(&req.id, config.trace.phases_file.as_deref());
+        crate::phase!("place");
+        record_phases(&config);
         let init = Arc::new(Process::new("", sandbox.pid(), 1, stdio, None, None));
         return Ok(Container::new(
             &req.id,
@@ -138,7 +142,7 @@ async fn steps(
     let use_init = spec::use_init(&spec, config.init.enabled, &config.init.skip_for)?;
     let on_failure = memlock::OnFailure::parse(&config.memlock.on_failure)?;
     let devices = super::devices::prepare(svc, &mut spec, sandbox.userns).await?;
-    phases.mark("devices");
+    crate::phase!("devices");
     for note in &devices.notes {
         tracing::info!(id = %req.id, "{note}");
     }
@@ -167,13 +171,11 @@ async fn steps(
             }
         });
     }
-    phases.mark("rootfs");
+    crate::phase!("rootfs");
     crate::failpoint::hit("create:rootfs", &req.id);
 
-    let (cg, made) = early.ready(&spec).await?;
-    phases.mark("cgroup");
-    phases.extra("cgroup_made", made);
-    phases.extra("cgroup_cpu", cg.create_cpu);
+    let cg = early.ready(&spec).await?;
+    crate::phase!("cgroup");
     crate::failpoint::hit("create:cgroup", &req.id);
     // Binds of the container's own cgroup (indices shift), then host /sys
     // binds (in place): both cloned plainly.
@@ -241,7 +243,7 @@ async fn steps(
         undo,
     )
     .await?;
-    phases.mark("agent");
+    crate::phase!("agent");
     crate::failpoint::hit("create:agent", &req.id);
     spawn::place(&spawned, Some(&cg), &rlimits, on_failure).await?;
     if spawned.paused {
@@ -251,8 +253,8 @@ async fn steps(
         }
         sandbox.agent.resume_container(&req.id).await?;
     }
-    phases.mark("place");
-    phases.record(&req.id, config.trace.phases_file.as_deref());
+    crate::phase!("place");
+    record_phases(&config);
     let init = Arc::new(Process::new(
         "",
         spawned.host_pid,
@@ -270,4 +272,11 @@ async fn steps(
         Some(cg),
         init,
     ))
+}
+
+/// Ends this Create's phase timeline (`phase_layer`), into `[trace] phases_file`.
+fn record_phases(config: &crate::config::RundConfig) {
+    if let Some(path) = &config.trace.phases_file {
+        tracing::trace!(target: crate::phase_layer::TARGET, record = %path.display());
+    }
 }

@@ -4,10 +4,10 @@
 //! once: whichever step fails, a cgroup that got made is removed.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use oci_spec::runtime::{LinuxResources, Spec};
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use super::undo::Undo;
 use super::Service;
@@ -15,7 +15,7 @@ use super::TaskError;
 use crate::cgroups::{self, ContainerCgroup};
 use crate::error::Result;
 
-type Made = Result<(ContainerCgroup, Duration)>;
+type Made = Result<ContainerCgroup>;
 
 enum Slot {
     Pending(JoinHandle<Made>),
@@ -35,24 +35,28 @@ pub fn start(svc: &Arc<Service>, spec: &Spec, id: &str, undo: &mut Undo) -> Earl
     let res = cgroups::resources_for(spec);
     let devices = res.devices().clone();
     let svc = svc.clone();
-    let handle = tokio::spawn(async move {
-        let t0 = Instant::now();
-        let all = {
-            let svc = svc.clone();
-            tokio::task::spawn_blocking(move || svc.cgroups())
-                .await
-                .map_err(TaskError::blocking("cgroup set-up"))??
-        };
-        let cg = ContainerCgroup::create(&all, &path, res).await?;
-        Ok((cg, t0.elapsed()))
-    });
+    // Timed as `cgroup_made` in the phases: its own time, off the critical path.
+    let made =
+        tracing::trace_span!(target: crate::phase_layer::TARGET, "cgroup_made", measure = "wall");
+    let handle = tokio::spawn(
+        async move {
+            let all = {
+                let svc = svc.clone();
+                tokio::task::spawn_blocking(move || svc.cgroups())
+                    .await
+                    .map_err(TaskError::blocking("cgroup set-up"))??
+            };
+            Ok(ContainerCgroup::create(&all, &path, res).await?)
+        }
+        .instrument(made),
+    );
     let slot = Arc::new(Mutex::new(Slot::Pending(handle)));
     let s = slot.clone();
     undo.push("cgroup", async move {
         let taken = std::mem::replace(&mut *lock(&s), Slot::Gone);
         let cg = match taken {
             Slot::Pending(h) => match h.await {
-                Ok(Ok((cg, _))) => cg,
+                Ok(Ok(cg)) => cg,
                 _ => return,
             },
             Slot::Ready(cg) => cg,
@@ -70,13 +74,13 @@ fn lock(s: &Mutex<Slot>) -> std::sync::MutexGuard<'_, Slot> {
 }
 
 impl EarlyCgroup {
-    /// Waits for the cgroup; returns it and how long making it took. Device
-    /// rules that `spec` gained since the start (injected devices) are added.
-    pub async fn ready(&self, spec: &Spec) -> Result<(ContainerCgroup, Duration)> {
+    /// Waits for the cgroup. Device rules that `spec` gained since the
+    /// start (injected devices) are added.
+    pub async fn ready(&self, spec: &Spec) -> Result<ContainerCgroup> {
         let taken = std::mem::replace(&mut *lock(&self.slot), Slot::Gone);
-        let (cg, took) = match taken {
+        let cg = match taken {
             Slot::Pending(h) => h.await.map_err(TaskError::blocking("cgroup"))??,
-            Slot::Ready(cg) => (cg, Duration::ZERO),
+            Slot::Ready(cg) => cg,
             Slot::Gone => return Err(TaskError::CgroupTaken.into()),
         };
         *lock(&self.slot) = Slot::Ready(cg.clone());
@@ -86,6 +90,6 @@ impl EarlyCgroup {
             res.set_devices(now);
             cg.update(res).await?;
         }
-        Ok((cg, took))
+        Ok(cg)
     }
 }

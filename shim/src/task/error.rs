@@ -10,6 +10,18 @@ use crate::protowire::WireError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TaskError {
+    #[error("container {id} already exists")]
+    ContainerExists { id: String },
+    #[error("exec {exec_id} already exists in {id}")]
+    ExecExists { id: String, exec_id: String },
+    #[error("container {id} not found")]
+    ContainerNotFound { id: String },
+    #[error("process {exec_id} of container {id} not found")]
+    ProcessNotFound { id: String, exec_id: String },
+    #[error("process {id}/{exec_id} already finished")]
+    ProcessFinished { id: String, exec_id: String },
+    #[error("rund does not support {what}")]
+    Unsupported { what: &'static str },
     // Bad input.
     #[error("{what} id is empty")]
     EmptyId { what: &'static str },

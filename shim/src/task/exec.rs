@@ -11,7 +11,7 @@ use super::state::Process;
 use super::undo::Undo;
 use super::Service;
 use super::TaskError;
-use crate::error::{Result, ShimError};
+use crate::error::Result;
 use crate::io;
 use crate::rlimit::memlock::OnFailure;
 
@@ -36,9 +36,12 @@ pub async fn exec(svc: &Arc<Service>, req: ExecProcessRequest) -> Result<()> {
     let rlimits = process.rlimits().clone().unwrap_or_default();
     crate::rlimit::validate(&rlimits)?;
     let sandbox = svc.sandbox().ok_or(TaskError::SandboxGone)?;
-    let reserved = c.reserve_exec(&req.exec_id).ok_or_else(|| {
-        ShimError::AlreadyExists(format!("exec {} already exists in {}", req.exec_id, req.id))
-    })?;
+    let reserved = c
+        .reserve_exec(&req.exec_id)
+        .ok_or_else(|| TaskError::ExecExists {
+            id: req.id.clone(),
+            exec_id: req.exec_id.clone(),
+        })?;
     let stdio = io::Stdio::of(&req.stdin, &req.stdout, &req.stderr, req.terminal);
     let mut undo = Undo::new(format!("exec {} in {}", req.exec_id, req.id));
     let s = Spawn {

@@ -25,7 +25,11 @@ fn sandbox(svc: &Service) -> Result<Arc<Sandbox>> {
 
 fn process(c: &Container, exec_id: &str) -> Result<Arc<Process>> {
     c.process(exec_id).ok_or_else(|| {
-        ShimError::NotFound(format!("process {exec_id} of container {} not found", c.id))
+        TaskError::ProcessNotFound {
+            id: c.id.clone(),
+            exec_id: exec_id.into(),
+        }
+        .into()
     })
 }
 
@@ -119,9 +123,11 @@ pub async fn kill(
     let c = svc.container(id).await?;
     let p = process(&c, exec_id)?;
     if p.exit().is_some() {
-        return Err(ShimError::NotFound(format!(
-            "process {id}/{exec_id} already finished"
-        )));
+        return Err(TaskError::ProcessFinished {
+            id: id.into(),
+            exec_id: exec_id.into(),
+        }
+        .into());
     }
     let sb = sandbox(svc)?;
     if all && !c.is_pod_sandbox {

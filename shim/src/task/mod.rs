@@ -12,7 +12,6 @@ mod lifecycle;
 mod namespaces;
 pub(crate) mod options;
 pub use options::config_path;
-mod phases;
 mod pod;
 pub mod publish;
 mod remap;
@@ -59,6 +58,7 @@ impl Service {
         exit: Arc<exit_signal::ExitSignal>,
         debug: bool,
     ) -> Self {
+        crate::phase_layer::set_active(config.trace.phases_file.is_some());
         Service {
             cgroups: std::sync::Mutex::new(None),
             config: std::sync::RwLock::new(Arc::new(config)),
@@ -77,6 +77,7 @@ impl Service {
 
     /// Switches to the config named by the first container's runtime options.
     pub(crate) fn use_config(&self, config: RundConfig) {
+        crate::phase_layer::set_active(config.trace.phases_file.is_some());
         *self.config.write().expect("config lock") = Arc::new(config);
     }
 
@@ -116,7 +117,7 @@ impl Service {
 
     /// Reserves a container id for one Create; the guard frees it.
     pub(crate) async fn reserve(&self, id: &str) -> Result<Reservation<'_>, ShimError> {
-        let exists = || ShimError::AlreadyExists(format!("container {id} already exists"));
+        let exists = || TaskError::ContainerExists { id: id.into() }.into();
         if !self.lock_creating().insert(id.to_string()) {
             return Err(exists());
         }
@@ -140,7 +141,7 @@ impl Service {
             .await
             .get(id)
             .cloned()
-            .ok_or_else(|| ShimError::NotFound(format!("container {id} not found")))
+            .ok_or_else(|| TaskError::ContainerNotFound { id: id.into() }.into())
     }
 }
 
@@ -240,7 +241,11 @@ impl Task for TaskHandler {
         let c = self.0.container(&req.id).await?;
         let p = c
             .process(&req.exec_id)
-            .ok_or_else(|| ShimError::NotFound(format!("process {} not found", req.exec_id)))?;
+            .ok_or_else(|| TaskError::ProcessNotFound {
+                id: req.id.clone(),
+                exec_id: req.exec_id.clone(),
+            })
+            .map_err(ShimError::from)?;
         if req.stdin {
             p.close_stdin();
         }
@@ -262,9 +267,9 @@ impl Task for TaskHandler {
         _ctx: &TtrpcContext,
         _req: CheckpointTaskRequest,
     ) -> TtrpcResult<Empty> {
-        Err(ShimError::Unimplemented(
-            "rund does not support Checkpoint: no CRIU integration".into(),
-        )
+        Err(ShimError::from(TaskError::Unsupported {
+            what: "Checkpoint: no CRIU integration",
+        })
         .into())
     }
 
