@@ -10,19 +10,6 @@ mod sandbox;
 mod server;
 mod sys;
 
-/// The agent is one thread for the sandbox's whole life: one malloc arena,
-/// and a fixed mmap threshold so large buffers (specs, replies) go back to
-/// the kernel when freed instead of staying in the heap.
-fn lean_malloc() {
-    // SAFETY: mallopt only sets allocator parameters; the agent has no other
-    // thread when it is called.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 10);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 10);
-    }
-}
-
 fn main() {
     // Exec'd through /proc/self/fd/N (a read-only mount of the binary):
     // give the process its real name back for ps and the shim's checks.

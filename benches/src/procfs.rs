@@ -7,21 +7,53 @@ use std::path::Path;
 
 use serde::Serialize;
 
-/// Resident and proportional set sizes, in KiB.
+/// Resident and proportional set sizes, and the anonymous (private,
+/// written) part, in KiB.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Mem {
     pub rss_kib: u64,
     pub pss_kib: u64,
+    #[serde(default)]
+    pub anon_kib: u64,
 }
 
 impl std::ops::AddAssign for Mem {
     fn add_assign(&mut self, o: Mem) {
         self.rss_kib += o.rss_kib;
         self.pss_kib += o.pss_kib;
+        self.anon_kib += o.anon_kib;
     }
 }
 
-/// Parses the `Rss:` and `Pss:` lines of smaps_rollup.
+/// Which figure of a [`Mem`] a row shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemKind {
+    Rss,
+    Pss,
+    Anon,
+}
+
+impl MemKind {
+    pub const ALL: [MemKind; 3] = [MemKind::Rss, MemKind::Pss, MemKind::Anon];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            MemKind::Rss => "RSS",
+            MemKind::Pss => "PSS",
+            MemKind::Anon => "anonymous",
+        }
+    }
+
+    pub fn of(self, m: &Mem) -> u64 {
+        match self {
+            MemKind::Rss => m.rss_kib,
+            MemKind::Pss => m.pss_kib,
+            MemKind::Anon => m.anon_kib,
+        }
+    }
+}
+
+/// Parses the `Rss:`, `Pss:` and `Anonymous:` lines of smaps_rollup.
 pub fn parse_smaps_rollup(text: &str) -> Option<Mem> {
     let field = |name: &str| {
         text.lines().find_map(|l| {
@@ -32,6 +64,7 @@ pub fn parse_smaps_rollup(text: &str) -> Option<Mem> {
     Some(Mem {
         rss_kib: field("Rss:")?,
         pss_kib: field("Pss:")?,
+        anon_kib: field("Anonymous:").unwrap_or(0),
     })
 }
 
@@ -141,12 +174,14 @@ mod tests {
     #[test]
     fn parses_rollup() {
         let t = "56371b658000-7ffeec6f0000 ---p 00000000 00:00 0   [rollup]\n\
-                 Rss:                1780 kB\nPss:                 243 kB\nPss_Dirty: 112 kB\n";
+                 Rss:                1780 kB\nPss:                 243 kB\nPss_Dirty: 112 kB\n\
+                 Anonymous:           96 kB\n";
         assert_eq!(
             parse_smaps_rollup(t),
             Some(Mem {
                 rss_kib: 1780,
-                pss_kib: 243
+                pss_kib: 243,
+                anon_kib: 96,
             })
         );
         assert_eq!(parse_smaps_rollup("Rss: 1 kB\n"), None);

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::procfs::Mem;
+use crate::procfs::{Mem, MemKind};
 use crate::runtime::RuntimeKind;
 use crate::stats::Summary;
 
@@ -67,12 +67,12 @@ pub struct Density {
 }
 
 impl Density {
-    /// Per-pod KiB as (shim, agent+inits, total), RSS or PSS.
-    pub fn per_pod(&self, pss: bool) -> Option<(f64, f64, f64)> {
+    /// Per-pod KiB as (shim, agent+inits, total).
+    pub fn per_pod(&self, kind: MemKind) -> Option<(f64, f64, f64)> {
         if self.pods == 0 {
             return None;
         }
-        let pick = |m: &Mem| if pss { m.pss_kib } else { m.rss_kib } as f64;
+        let pick = |m: &Mem| kind.of(m) as f64;
         let n = self.pods as f64;
         let s = pick(&self.shim_total) / n;
         let i = pick(&self.infra_total) / n;
@@ -80,11 +80,11 @@ impl Density {
     }
 
     /// Per-pod KiB of the agent alone and of the inits alone.
-    pub fn per_pod_split(&self, pss: bool) -> Option<(f64, f64)> {
+    pub fn per_pod_split(&self, kind: MemKind) -> Option<(f64, f64)> {
         if self.pods == 0 {
             return None;
         }
-        let pick = |m: &Mem| if pss { m.pss_kib } else { m.rss_kib } as f64;
+        let pick = |m: &Mem| kind.of(m) as f64;
         let n = self.pods as f64;
         let a = pick(&self.agent_total);
         Some((a / n, (pick(&self.infra_total) - a) / n))
@@ -311,20 +311,23 @@ mod tests {
             infra_total: Mem {
                 rss_kib: 1000,
                 pss_kib: 400,
+                anon_kib: 200,
             },
             agent_processes: 2,
             agent_total: Mem {
                 rss_kib: 800,
                 pss_kib: 300,
+                anon_kib: 100,
             },
             ..Default::default()
         };
-        assert_eq!(d.per_pod_split(false), Some((400.0, 100.0)));
-        assert_eq!(d.per_pod_split(true), Some((150.0, 50.0)));
+        assert_eq!(d.per_pod_split(MemKind::Rss), Some((400.0, 100.0)));
+        assert_eq!(d.per_pod_split(MemKind::Pss), Some((150.0, 50.0)));
+        assert_eq!(d.per_pod_split(MemKind::Anon), Some((50.0, 50.0)));
         let other = d.clone();
         d.add(&other);
         assert_eq!(d.pods, 4);
-        assert_eq!(d.per_pod_split(false), Some((400.0, 100.0)));
-        assert_eq!(Density::default().per_pod_split(false), None);
+        assert_eq!(d.per_pod_split(MemKind::Rss), Some((400.0, 100.0)));
+        assert_eq!(Density::default().per_pod_split(MemKind::Rss), None);
     }
 }

@@ -43,6 +43,10 @@ pub struct LaunchConfig {
     /// Pod-level sysctls (already validated), written in the pod's namespaces.
     pub sysctls: Vec<(String, String)>,
     pub debug: bool,
+    /// Unmap the agent's clean file pages after this long with no process
+    /// started or deleted (`rund_sys::trim`); 0: never.
+    #[serde(default)]
+    pub trim_after_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,3 +9,4 @@ pub mod ns;
 pub mod process;
 pub mod procfs;
 pub mod rlimit;
+pub mod trim;

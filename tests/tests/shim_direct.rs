@@ -21,24 +21,17 @@ use rund_tests::shim::{
     ctx, exec_process, exec_request, run_action, settle, status_of, topics, unique_id, Bundle,
     Direct, TaskEvent, NAMESPACE, USERNS_ALWAYS, USERNS_OFF,
 };
-use rund_tests::{rund_bins_or_skip, shared_busybox_rootfs, RundBins};
+use rund_tests::RundBins;
 use serde_json::{json, Value};
 
 const SETTLE: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn setup(test: &str) -> Option<RundBins> {
-    if !nix::unistd::geteuid().is_root() {
-        rund_tests::skip!("needs root (namespaces, mounts, cgroups)");
-    }
-    rund_bins_or_skip(test)
+    rund_tests::shim::direct_setup(test)
 }
 
 fn rootfs() -> &'static Path {
-    // shared_busybox_rootfs is not safe against two first callers at once (both symlink the
-    // applets: EEXIST): build it under a lock.
-    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _once = BUILD.lock().unwrap_or_else(|e| e.into_inner());
-    shared_busybox_rootfs().expect("busybox rootfs (busybox-static)")
+    rund_tests::shim::busybox_rootfs()
 }
 
 /// Starts a shim for a bundle whose config.json is `config` (raw text).

@@ -11,20 +11,15 @@ use containerd_shim_protos::api::ConnectRequest;
 use containerd_shim_protos::ttrpc::Code;
 use rund_tests::faults::probe::{fd_count, nofile, set_soft_nofile};
 use rund_tests::ocispec::is_alive;
-use rund_tests::shim::{ctx, exec_process, exec_request, status_of, unique_id, Bundle, Direct};
-use rund_tests::{rund_bins_or_skip, shared_busybox_rootfs, RundBins};
+use rund_tests::shim::{ctx, status_of, unique_id, Bundle, Direct};
+use rund_tests::RundBins;
 
 fn setup(test: &str) -> Option<RundBins> {
-    if !nix::unistd::geteuid().is_root() {
-        rund_tests::skip!("{test}: needs root (namespaces, mounts, cgroups)");
-    }
-    rund_bins_or_skip(test)
+    rund_tests::shim::direct_setup(test)
 }
 
 fn rootfs() -> &'static Path {
-    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _once = BUILD.lock().unwrap_or_else(|e| e.into_inner());
-    shared_busybox_rootfs().expect("busybox rootfs (busybox-static)")
+    rund_tests::shim::busybox_rootfs()
 }
 
 async fn direct(bins: &RundBins, prefix: &str, args: &[&str]) -> Direct {
@@ -55,16 +50,7 @@ async fn a_normal_lifecycle_logs_no_warning() {
     let d = direct(&bins, "quiet", &["sleep", "100000"]).await;
     d.create().await.unwrap();
     d.start_process("").await.unwrap();
-    let id = d.bundle.id.clone();
-    let req = exec_request(&id, "e1", &exec_process(&["true"]));
-    d.shim
-        .task
-        .exec(rund_tests::shim::ctx(), &req)
-        .await
-        .unwrap();
-    d.start_process("e1").await.unwrap();
-    assert_eq!(d.wait_process("e1").await.unwrap().exit_status, 0);
-    d.delete_process("e1").await.unwrap();
+    assert_eq!(d.exec_to_end("e1", &["true"]).await.unwrap(), 0);
     d.kill_process("", libc::SIGKILL as u32).await.unwrap();
     assert_eq!(d.wait_process("").await.unwrap().exit_status, 137);
     d.delete_process("").await.unwrap();

@@ -50,7 +50,9 @@ pub fn main(cfg: LaunchConfig, init_bin: InitBinary) -> ! {
 
 fn run(cfg: &LaunchConfig, sync: &OwnedFd, init_bin: InitBinary) -> Result<(), AgentError> {
     root::setup()?;
-    crate::lean_malloc();
+    // One thread for the sandbox's whole life: one arena, large buffers
+    // (specs, replies) back to the kernel when freed.
+    rund_sys::trim::lean_malloc(64 << 10);
     // One connection, a handful of fds: a small event buffer is plenty.
     let rt = tokio::runtime::Builder::new_current_thread()
         .max_io_events_per_tick(64)
@@ -85,6 +87,7 @@ async fn serve(cfg: &LaunchConfig, sync: &OwnedFd, init_bin: InitBinary) -> Resu
         init_bin,
         pod_pid: Default::default(),
         host_pid: cfg.host_pid,
+        idle: crate::server::idle::IdleTrim::new(cfg.trim_after_ms),
     });
     // SAFETY: fd 3 is our end of the shim's socketpair; nothing else owns it.
     let conn = unsafe { OwnedFd::from_raw_fd(launch::CONN_FD) };

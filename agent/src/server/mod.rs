@@ -3,6 +3,7 @@
 pub mod channel;
 mod create;
 mod destroy;
+pub mod idle;
 pub mod initbin;
 pub mod podinit;
 pub mod signal;
@@ -31,6 +32,8 @@ pub struct AgentService {
     /// The sandbox shares the host pid namespace: the agent is not an init,
     /// so "every process" must never mean kill(-1).
     pub host_pid: bool,
+    /// Unmaps the start-up pages once no process starts or goes for a while.
+    pub idle: idle::IdleTrim,
 }
 
 /// Kills every container at once (the shim is gone).
@@ -132,6 +135,7 @@ impl Agent for AgentService {
             nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
         );
         crate::debug!("started {}/{}", req.container_id, req.exec_id);
+        self.idle.activity();
         Ok(Empty::default())
     }
 
@@ -267,6 +271,8 @@ impl Agent for AgentService {
         {
             self.reaper.forget(e.pid);
         }
+        drop(st);
+        self.idle.activity();
         Ok(Empty::default())
     }
 

@@ -1,6 +1,7 @@
-//! Memory rows: per-pod RSS/PSS under the concurrent load, and of idle pods.
+//! Memory rows: per-pod RSS, PSS and anonymous memory under the concurrent load, and of idle pods.
 
 use super::figures::{row, runs_of};
+use crate::procfs::MemKind;
 use crate::results::{Density, Results, TableRow};
 use crate::runtime::RuntimeKind;
 
@@ -36,9 +37,9 @@ pub fn density_rows(results: &Results, rows: &mut Vec<TableRow>) {
             .unwrap_or("-".into())
     };
     let note = format!("N = {n}, pods found {} / {}", pods(&drd), pods(&drc));
-    for pss in [false, true] {
-        let kind = if pss { "PSS" } else { "RSS" };
-        let pp = |d: &Option<Density>| d.as_ref().and_then(|d| d.per_pod(pss));
+    for mk in MemKind::ALL {
+        let kind = mk.label();
+        let pp = |d: &Option<Density>| d.as_ref().and_then(|d| d.per_pod(mk));
         let (a, b) = (pp(&drd), pp(&drc));
         let mib = |v: Option<(f64, f64, f64)>, f: fn((f64, f64, f64)) -> f64| v.map(|t| f(t) / MIB);
         rows.push(row(
@@ -88,13 +89,13 @@ pub fn idle_rows(results: &Results, rows: &mut Vec<TableRow>) {
         pods(drc),
         settle as f64 / 1e3
     );
-    for pss in [false, true] {
-        let kind = if pss { "PSS" } else { "RSS" };
-        let whole = |d: Option<&Density>| d.and_then(|d| d.per_pod(pss));
+    for mk in MemKind::ALL {
+        let kind = mk.label();
+        let whole = |d: Option<&Density>| d.and_then(|d| d.per_pod(mk));
         // runc-v2 has no agent or inits: a dash, not a measured zero.
         let split = |d: Option<&Density>| {
             d.filter(|d| d.infra_processes > 0)
-                .and_then(|d| d.per_pod_split(pss))
+                .and_then(|d| d.per_pod_split(mk))
         };
         let mib = |v: Option<f64>| v.map(|v| v / MIB);
         let (a, b) = (whole(drd), whole(drc));

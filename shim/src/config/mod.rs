@@ -51,6 +51,26 @@ pub struct RundConfig {
     pub init: InitConfig,
     /// `[trace]`: timing records for benchmarks.
     pub trace: TraceConfig,
+    /// `[idle]`: what an idle shim and agent give back.
+    pub idle: IdleConfig,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct IdleConfig {
+    /// After this long with no Start or Delete, the shim and the agent
+    /// unmap the clean file pages (binary and library code) they touched
+    /// at start: the page cache keeps them, shared by every pod, and a
+    /// page used again is mapped back by a minor fault. 0: never.
+    pub trim_after_ms: u64,
+}
+
+impl Default for IdleConfig {
+    fn default() -> Self {
+        IdleConfig {
+            trim_after_ms: 1000,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -125,6 +145,7 @@ impl Default for RundConfig {
             policy: Default::default(),
             init: Default::default(),
             trace: Default::default(),
+            idle: Default::default(),
         }
     }
 }
@@ -216,6 +237,7 @@ mod tests {
         assert_eq!(c.memlock, MemlockConfig::default());
         assert_eq!(c.policy, PolicyConfig::default());
         assert_eq!(c.cgroup, rund_cgroup::CgroupConfig::default());
+        assert_eq!(c.idle, IdleConfig::default());
         assert_eq!(c.grace_period_seconds, 30);
     }
 

@@ -26,10 +26,10 @@ const FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// A pod's shim is idle nearly all its life: one thread serves it, and the
 /// blocking pool (filesystem, cgroup and fork work) lets its threads go soon.
 pub fn run(flags: Flags) -> Result<(), EntryError> {
-    lean_malloc();
+    rund_sys::trim::lean_malloc(128 << 10);
     let rt = tokio::runtime::Builder::new_current_thread()
         .max_blocking_threads(16)
-        .thread_keep_alive(std::time::Duration::from_secs(2))
+        .thread_keep_alive(std::time::Duration::from_millis(500))
         .enable_all()
         .build()
         .map_err(EntryError::Runtime)?;
@@ -122,19 +122,6 @@ fn socket_err<'a>(
         op,
         path: path.to_string(),
         source,
-    }
-}
-
-/// One malloc arena: threads of the blocking pool would each get (and keep)
-/// their own, which costs resident memory for no contention worth saving.
-/// A fixed mmap threshold keeps large frees going back to the kernel.
-fn lean_malloc() {
-    // SAFETY: mallopt only sets allocator parameters; called before any
-    // other thread exists.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 << 10);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 128 << 10);
     }
 }
 

@@ -10,7 +10,7 @@ use containerd_shim_protos::events::task::{
     TaskResumed, TaskStart,
 };
 use containerd_shim_protos::protobuf::well_known_types::timestamp::Timestamp;
-use containerd_shim_protos::protobuf::MessageDyn;
+use containerd_shim_protos::protobuf::Message;
 use containerd_shim_protos::topics::*;
 
 use super::publish::Publisher;
@@ -35,9 +35,9 @@ impl Events {
         }
     }
 
-    async fn send(&self, topic: &str, ev: Box<dyn MessageDyn>) {
+    async fn send<M: Message>(&self, topic: &str, ev: M) {
         let Some(p) = &self.publisher else { return };
-        if let Err(e) = p.publish(topic, &self.namespace, &*ev) {
+        if let Err(e) = p.publish(topic, &self.namespace, &ev) {
             tracing::warn!(topic, "publishing event failed: {e}");
         }
     }
@@ -72,7 +72,7 @@ impl Events {
             pid,
             ..Default::default()
         };
-        self.send(TASK_CREATE_EVENT_TOPIC, Box::new(ev)).await;
+        self.send(TASK_CREATE_EVENT_TOPIC, ev).await;
     }
 
     pub async fn start(&self, id: &str, pid: u32) {
@@ -81,7 +81,7 @@ impl Events {
             pid,
             ..Default::default()
         };
-        self.send(TASK_START_EVENT_TOPIC, Box::new(ev)).await;
+        self.send(TASK_START_EVENT_TOPIC, ev).await;
     }
 
     pub async fn exit(&self, id: &str, exec_id: &str, pid: u32, status: u32, at_ns: i64) {
@@ -97,7 +97,7 @@ impl Events {
             exited_at: Some(timestamp_ns(at_ns)).into(),
             ..Default::default()
         };
-        self.send(TASK_EXIT_EVENT_TOPIC, Box::new(ev)).await;
+        self.send(TASK_EXIT_EVENT_TOPIC, ev).await;
     }
 
     pub async fn delete(&self, id: &str, pid: u32, status: u32, at_ns: i64) {
@@ -109,7 +109,7 @@ impl Events {
             exited_at: Some(timestamp_ns(at_ns)).into(),
             ..Default::default()
         };
-        self.send(TASK_DELETE_EVENT_TOPIC, Box::new(ev)).await;
+        self.send(TASK_DELETE_EVENT_TOPIC, ev).await;
     }
 
     pub async fn exec_added(&self, id: &str, exec_id: &str) {
@@ -118,7 +118,7 @@ impl Events {
             exec_id: exec_id.into(),
             ..Default::default()
         };
-        self.send(TASK_EXEC_ADDED_EVENT_TOPIC, Box::new(ev)).await;
+        self.send(TASK_EXEC_ADDED_EVENT_TOPIC, ev).await;
     }
 
     pub async fn exec_started(&self, id: &str, exec_id: &str, pid: u32) {
@@ -128,7 +128,7 @@ impl Events {
             pid,
             ..Default::default()
         };
-        self.send(TASK_EXEC_STARTED_EVENT_TOPIC, Box::new(ev)).await;
+        self.send(TASK_EXEC_STARTED_EVENT_TOPIC, ev).await;
     }
 
     pub async fn oom(&self, id: &str) {
@@ -136,7 +136,7 @@ impl Events {
             container_id: id.into(),
             ..Default::default()
         };
-        self.send(TASK_OOM_EVENT_TOPIC, Box::new(ev)).await;
+        self.send(TASK_OOM_EVENT_TOPIC, ev).await;
     }
 
     pub async fn paused(&self, id: &str) {
@@ -144,7 +144,7 @@ impl Events {
             container_id: id.into(),
             ..Default::default()
         };
-        self.send(TASK_PAUSED_EVENT_TOPIC, Box::new(ev)).await;
+        self.send(TASK_PAUSED_EVENT_TOPIC, ev).await;
     }
 
     pub async fn resumed(&self, id: &str) {
@@ -152,6 +152,6 @@ impl Events {
             container_id: id.into(),
             ..Default::default()
         };
-        self.send(TASK_RESUMED_EVENT_TOPIC, Box::new(ev)).await;
+        self.send(TASK_RESUMED_EVENT_TOPIC, ev).await;
     }
 }

@@ -110,6 +110,7 @@ pub async fn start(
         // for userns pods, so ports below 1024 and ping work.
         sysctls: pod_sysctls(spec, userns.as_ref()),
         debug: svc.debug,
+        trim_after_ms: config.idle.trim_after_ms,
     };
     let plan = SpawnPlan {
         config: launch,

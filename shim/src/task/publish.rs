@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use containerd_shim_protos::api::ForwardRequest;
 use containerd_shim_protos::protobuf::well_known_types::any::Any;
-use containerd_shim_protos::protobuf::MessageDyn;
+use containerd_shim_protos::protobuf::Message;
 use containerd_shim_protos::shim::event::Envelope;
 use containerd_shim_protos::shim_async::{Client, EventsClient};
 use containerd_shim_protos::ttrpc::context;
@@ -72,24 +72,22 @@ impl Publisher {
     }
 
     /// Queues one event.
-    pub fn publish(
+    pub fn publish<M: Message>(
         &self,
         topic: &str,
         namespace: &str,
-        ev: &dyn MessageDyn,
+        ev: &M,
     ) -> Result<(), PublishError> {
-        let mut value = Vec::new();
-        ev.write_to_vec_dyn(&mut value)
-            .map_err(|source| PublishError::Encode {
-                topic: topic.to_string(),
-                source,
-            })?;
+        let value = ev.write_to_bytes().map_err(|source| PublishError::Encode {
+            topic: topic.to_string(),
+            source,
+        })?;
         let envelope = Envelope {
             timestamp: Some(super::events::timestamp_ns(crate::clock::now_ns())).into(),
             namespace: namespace.to_string(),
             topic: topic.to_string(),
             event: Some(Any {
-                type_url: ev.descriptor_dyn().full_name().to_string(),
+                type_url: type_url::<M>(),
                 value,
                 ..Default::default()
             })
@@ -138,5 +136,41 @@ async fn send_all(
             }
         }
         pending.send_modify(|n| *n -= 1);
+    }
+}
+
+/// The event's full protobuf name. From the type's name, not its
+/// descriptor: building a descriptor parses the whole file set it lives in,
+/// about as much heap as the rest of an idle shim.
+fn type_url<M: Message>() -> String {
+    format!("containerd.events.{}", M::NAME)
+}
+
+#[cfg(test)]
+mod tests {
+    use containerd_shim_protos::events::task::{
+        TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskIO, TaskOOM,
+        TaskPaused, TaskResumed, TaskStart,
+    };
+    use containerd_shim_protos::protobuf::MessageFull;
+
+    use super::type_url;
+
+    fn same<M: MessageFull>() {
+        assert_eq!(type_url::<M>(), M::descriptor().full_name());
+    }
+
+    #[test]
+    fn type_urls_are_the_descriptors_full_names() {
+        same::<TaskCreate>();
+        same::<TaskStart>();
+        same::<TaskExit>();
+        same::<TaskDelete>();
+        same::<TaskExecAdded>();
+        same::<TaskExecStarted>();
+        same::<TaskOOM>();
+        same::<TaskPaused>();
+        same::<TaskResumed>();
+        same::<TaskIO>();
     }
 }

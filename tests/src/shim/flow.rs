@@ -21,6 +21,16 @@ impl Direct {
         self.shim.task.create(ctx(), &self.create_request()).await
     }
 
+    /// Runs `args` as exec `exec_id` to its end, deletes it, and returns its exit status.
+    pub async fn exec_to_end(&self, exec_id: &str, args: &[&str]) -> ttrpc::Result<u32> {
+        let req = super::exec_request(&self.bundle.id, exec_id, &super::exec_process(args));
+        self.shim.task.exec(ctx(), &req).await?;
+        self.start_process(exec_id).await?;
+        let status = self.wait_process(exec_id).await?.exit_status;
+        self.delete_process(exec_id).await?;
+        Ok(status)
+    }
+
     /// Start the init (`exec_id` "") or an exec.
     pub async fn start_process(&self, exec_id: &str) -> ttrpc::Result<StartResponse> {
         let req = StartRequest {

@@ -128,3 +128,19 @@ pub fn status_of(e: &ttrpc::Error) -> Option<(Code, String)> {
         _ => None,
     }
 }
+
+/// The bins for a direct-shim test, or a skip (with a message) when not root or not built.
+pub fn direct_setup(test: &str) -> Option<RundBins> {
+    if !nix::unistd::geteuid().is_root() {
+        crate::skip!("{test}: needs root (namespaces, mounts, cgroups)");
+    }
+    crate::rund_bins_or_skip(test)
+}
+
+/// The shared busybox rootfs, built under a lock: two first callers at once would both
+/// symlink the applets (EEXIST).
+pub fn busybox_rootfs() -> &'static std::path::Path {
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _once = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    crate::shared_busybox_rootfs().expect("busybox rootfs (busybox-static)")
+}

@@ -1,0 +1,99 @@
+//! An idle shim and agent give back their start-up pages (`[idle] trim_after_ms`): the clean
+//! file pages they mapped at start are unmapped once Start has been quiet that long, and the
+//! pod keeps working (exec, kill, delete) with the pages faulted back in. With 0, nothing is
+//! unmapped.
+//!
+//! Needs root and rund's binaries; skipped with a message otherwise.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rund_tests::shim::residue::agents_of;
+use rund_tests::shim::{unique_id, Bundle, Direct};
+use rund_tests::RundBins;
+
+fn setup(test: &str) -> Option<RundBins> {
+    rund_tests::shim::direct_setup(test)
+}
+
+fn rootfs() -> &'static Path {
+    rund_tests::shim::busybox_rootfs()
+}
+
+/// kB resident in `pid`'s clean, read-only file mappings (what a trim unmaps).
+fn mapped_kb(pid: u32) -> u64 {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    rund_sys::trim::trimmable(&smaps)
+        .iter()
+        .map(|m| m.rss_kb)
+        .sum()
+}
+
+/// A started `sleep` pod whose shim trims after `trim_ms`; returns it with the shim's and
+/// the agent's mapped kB right after Start.
+async fn started(bins: &RundBins, trim_ms: u64) -> (Direct, u32, u64, u64) {
+    let bundle = Bundle::new(&unique_id("idle")).unwrap();
+    bundle
+        .write_config(&bundle.spec(rootfs(), &["sleep", "100000"]))
+        .unwrap();
+    let config = format!("[idle]\ntrim_after_ms = {trim_ms}\n");
+    let d = Direct::start_with(bins, bundle, &config).await.unwrap();
+    d.create().await.unwrap();
+    d.start_process("").await.unwrap();
+    let agent = *agents_of(d.shim.pid).first().expect("the pod's agent");
+    let (shim_kb, agent_kb) = (mapped_kb(d.shim.pid), mapped_kb(agent));
+    (d, agent, shim_kb, agent_kb)
+}
+
+async fn stop(d: Direct) {
+    d.kill_process("", libc::SIGKILL as u32).await.unwrap();
+    assert_eq!(d.wait_process("").await.unwrap().exit_status, 137);
+    d.delete_process("").await.unwrap();
+    let ended = d.finish().await;
+    assert!(ended.by_itself, "{ended:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_shim_and_agent_unmap_start_pages_and_keep_working() {
+    let Some(bins) = setup("idle_shim_and_agent_unmap_start_pages") else {
+        return;
+    };
+    let (d, agent, shim_kb, agent_kb) = started(&bins, 1000).await;
+    let shim = d.shim.pid;
+    eprintln!("after Start: shim {shim_kb} kB, agent {agent_kb} kB mapped");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (mut shim_now, mut agent_now) = (shim_kb, agent_kb);
+    while Instant::now() < deadline && (shim_now * 2 > shim_kb || agent_now * 2 > agent_kb) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        (shim_now, agent_now) = (mapped_kb(shim), mapped_kb(agent));
+    }
+    eprintln!("idle: shim {shim_now} kB, agent {agent_now} kB mapped");
+    assert!(
+        shim_now * 2 <= shim_kb,
+        "the idle shim keeps {shim_now} of {shim_kb} kB mapped"
+    );
+    assert!(
+        agent_now * 2 <= agent_kb,
+        "the idle agent keeps {agent_now} of {agent_kb} kB mapped"
+    );
+    // The pod works on: code comes back from the page cache.
+    assert_eq!(d.exec_to_end("e1", &["true"]).await.unwrap(), 0);
+    stop(d).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trim_after_0_never_unmaps() {
+    let Some(bins) = setup("trim_after_0_never_unmaps") else {
+        return;
+    };
+    let (d, agent, shim_kb, agent_kb) = started(&bins, 0).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (shim_now, agent_now) = (mapped_kb(d.shim.pid), mapped_kb(agent));
+    eprintln!("shim {shim_kb} -> {shim_now} kB, agent {agent_kb} -> {agent_now} kB mapped");
+    assert!(shim_now * 2 > shim_kb, "shim {shim_kb} -> {shim_now} kB");
+    assert!(
+        agent_now * 2 > agent_kb,
+        "agent {agent_kb} -> {agent_now} kB"
+    );
+    stop(d).await;
+}
