@@ -17,6 +17,7 @@ mod manager;
 mod oom;
 mod path;
 pub mod pool;
+mod prime;
 pub mod resources;
 pub mod stats;
 mod tree;

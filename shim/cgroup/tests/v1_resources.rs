@@ -1,4 +1,5 @@
-//! Real cgroup v1: apply, update, freeze, stats, OOM and bad input.
+//! Real cgroup v1: apply, update, freeze, stats, OOM, bad input, and the
+//! placement-lock prime.
 //! Needs root on a v1 host; otherwise each test prints why and returns.
 
 mod common;
@@ -264,4 +265,18 @@ fn bad_input_leaves_nothing_behind() {
         }
         assert!(matches!(cg.load("/default/b2"), Err(Error::NotFound(_))));
     }
+}
+
+#[test]
+fn prime_attach_takes_the_placement_lock_and_moves_nothing() {
+    // The host's real layout: the write goes to this process's own cgroup.
+    let Some(t) = TestTree::v1() else { return };
+    let cg = rund_cgroup::Cgroups::with(
+        rund_cgroup::Hierarchy::detect().unwrap(),
+        std::sync::Arc::new(rund_cgroup::fs::RealFs),
+        t.config(),
+    );
+    let before = read(Path::new("/proc/self/cgroup"));
+    assert!(cg.prime_attach().unwrap(), "v1: a write was made");
+    assert_eq!(read(Path::new("/proc/self/cgroup")), before);
 }
