@@ -502,3 +502,40 @@ async fn connect_and_shutdown() {
         socket.display()
     );
 }
+
+#[test]
+fn start_fails_clearly_when_its_server_cannot_run() {
+    let Some(bins) = setup("start_fails_clearly_when_its_server_cannot_run") else {
+        return;
+    };
+    let bundle = Bundle::new(&unique_id("startfail")).unwrap();
+    bundle
+        .write_config(&bundle.spec(rootfs(), &["true"]))
+        .unwrap();
+    // The forked server cannot reach containerd's events endpoint: it must say so through
+    // `start`, and nothing may be left listening.
+    let out = std::process::Command::new(bins.path(rund_tests::bins::SHIM_BIN))
+        .args(["-namespace", NAMESPACE, "-address", "/nonexistent"])
+        .args(["-id", &bundle.id, "start"])
+        .current_dir(&bundle.path)
+        .env("TTRPC_ADDRESS", "/nonexistent/containerd.sock.ttrpc")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("shim server failed (exit status 1)")
+            && stderr.contains("/nonexistent/containerd.sock.ttrpc"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "no address is printed");
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&format!("-id {} ", bundle.id)))
+        .collect();
+    assert!(left.is_empty(), "no server is left: {left:?}");
+}

@@ -9,8 +9,6 @@ pub enum EntryError {
     UnknownAction(String),
     #[error("cwd: {0}")]
     Cwd(std::io::Error),
-    #[error("current exe: {0}")]
-    CurrentExe(std::io::Error),
     #[error("spawn shim server: {0}")]
     Spawn(std::io::Error),
     #[error("shim server failed ({status}): {output}")]

@@ -35,15 +35,33 @@ pub fn main() -> i32 {
             }
         };
     }
-    // The agent and our children are reparented to us, so we can reap them.
-    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER) only sets a flag on this process.
-    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    if flags.action.is_empty() {
+        return main_server(flags);
+    }
+    set_subreaper();
     let result = match flags.action.as_str() {
         "start" => start::run(&flags),
         "delete" => delete::run(&flags),
-        "" => serve::run(flags),
         other => Err(error::EntryError::UnknownAction(other.to_string())),
     };
+    exit_code(result)
+}
+
+/// The long-running server: run directly (tests, an older `start`) or
+/// forked by `start`.
+pub fn main_server(flags: Flags) -> i32 {
+    set_subreaper();
+    exit_code(serve::run(flags))
+}
+
+/// The agent and our children are reparented to us, so we can reap them.
+/// Not inherited across fork: the server sets it for itself.
+fn set_subreaper() {
+    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER) only sets a flag on this process.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+}
+
+fn exit_code(result: Result<(), error::EntryError>) -> i32 {
     match result {
         Ok(()) => 0,
         Err(e) => {

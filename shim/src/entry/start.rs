@@ -1,13 +1,18 @@
 //! `start`: print the address of the shim serving this container's pod,
 //! starting one if none serves it yet, as a plain address or as containerd
 //! 2.x's JSON bootstrap params (see [`super::bootstrap`]). stdout and stderr
-//! both reach containerd as the reply: print nothing else.
+//! both reach containerd as the reply: print nothing else. The server is a
+//! fork of this process, not a second exec of the binary.
 
+use std::fs::File;
 use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+
+use nix::fcntl::OFlag;
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::{fork, pipe2, setsid, ForkResult, Pid};
 
 use super::flags::Flags;
 
@@ -37,55 +42,27 @@ pub fn run(flags: &Flags) -> Result<(), EntryError> {
         print!("{}", reply.render(&address));
         return Ok(());
     }
-    let exe = std::env::current_exe().map_err(EntryError::CurrentExe)?;
-    let mut cmd = Command::new(exe);
-    cmd.args([
-        "-namespace",
-        &flags.namespace,
-        "-id",
-        &flags.id,
-        "-address",
-        &flags.address,
-        "-socket",
-        &address,
-    ])
-    .current_dir(&bundle)
-    .env(STARTED_AS_ENV, reply.name())
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null());
-    if !flags.publish_binary.is_empty() {
-        cmd.args(["-publish-binary", &flags.publish_binary]);
-    }
-    if let Some(path) = config_path {
-        cmd.env(crate::config::ENV_PATH, path);
-    }
-    if flags.debug {
-        cmd.arg("-debug");
-    }
-    // SAFETY: setsid is async-signal-safe; it detaches the server from
-    // containerd's session so containerd's signals do not reach it.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::unistd::setsid().map_err(std::io::Error::from)?;
-            Ok(())
-        });
-    }
-    let mut child = cmd.spawn().map_err(EntryError::Spawn)?;
+    let server = Flags {
+        socket: address.clone(),
+        action: String::new(),
+        ..flags.clone()
+    };
+    let (child, out) = fork_server(server, reply.name(), config_path)?;
     // The server closes its stdout once it listens (or on failure).
-    let mut out = String::new();
-    if let Some(mut so) = child.stdout.take() {
-        let _ = so.read_to_string(&mut out);
-    }
+    let mut out = read_all(out);
     // The server writes only on failure, and listens before it closes the
     // pipe: check both, since it may not have exited yet when we get here.
     if !out.is_empty() || UnixStream::connect(&path).is_err() {
-        let status = child
-            .wait()
-            .map_or_else(|e| e.to_string(), |s| s.to_string());
+        let status = match waitpid(child, None) {
+            Ok(WaitStatus::Exited(_, code)) => format!("exit status {code}"),
+            Ok(WaitStatus::Signaled(_, sig, _)) => format!("killed by {sig}"),
+            Ok(other) => format!("{other:?}"),
+            Err(e) => e.to_string(),
+        };
+        out.truncate(out.trim_end().len());
         return Err(EntryError::ServerFailed {
             status,
-            output: out.trim().to_string(),
+            output: out,
         });
     }
     write_address(&bundle, &address)?;
@@ -94,6 +71,85 @@ pub fn run(flags: &Flags) -> Result<(), EntryError> {
         .and_then(|_| std::io::stdout().flush())
         .map_err(EntryError::WriteAddress)?;
     Ok(())
+}
+
+/// Forks the server: the child is this process, binary already loaded and
+/// relocated, so no second exec and dynamic link sits on the start path.
+/// `start` has no thread yet, so the child may run anything. Its stdout is
+/// the returned pipe; its stdin and stderr are /dev/null.
+fn fork_server(
+    server: Flags,
+    started_as: &str,
+    config_path: Option<String>,
+) -> Result<(Pid, File), EntryError> {
+    let spawn_err = |e: nix::Error| EntryError::Spawn(e.into());
+    let (r, w) = pipe2(OFlag::O_CLOEXEC).map_err(spawn_err)?;
+    let null = File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(EntryError::Spawn)?;
+    // SAFETY: this process is single-threaded here (no runtime has started),
+    // so the child may allocate and run any code.
+    match unsafe { fork() }.map_err(spawn_err)? {
+        ForkResult::Parent { child } => {
+            drop(w);
+            Ok((child, File::from(r)))
+        }
+        ForkResult::Child => {
+            drop(r);
+            let code = match server_stdio(&null, &w) {
+                Ok(()) => {
+                    // Both were closed with every other fd above 2.
+                    std::mem::forget(null);
+                    std::mem::forget(w);
+                    // SAFETY: single-threaded: nothing reads the environment meanwhile.
+                    unsafe {
+                        std::env::set_var(STARTED_AS_ENV, started_as);
+                        if let Some(p) = config_path {
+                            std::env::set_var(crate::config::ENV_PATH, p);
+                        }
+                    }
+                    super::main_server(server)
+                }
+                Err(e) => {
+                    let _ = nix::unistd::write(&w, format!("server set-up: {e}").as_bytes());
+                    1
+                }
+            };
+            std::process::exit(code);
+        }
+    }
+}
+
+/// The server's session and stdio: its own session (containerd's signals do
+/// not reach it), stdin and stderr /dev/null, stdout the pipe `start` reads,
+/// and no other fd of `start`'s.
+fn server_stdio(null: &File, out: &OwnedFd) -> nix::Result<()> {
+    setsid()?;
+    for (from, to) in [
+        (null.as_raw_fd(), 0),
+        (out.as_raw_fd(), 1),
+        (null.as_raw_fd(), 2),
+    ] {
+        // SAFETY: dup2 onto a standard fd number; `from` is open and owned above.
+        if unsafe { libc::dup2(from, to) } < 0 {
+            return Err(nix::Error::last());
+        }
+    }
+    // SAFETY: close_range only closes fds; the ones above 2 are copies made
+    // for this set-up or inherited from containerd, and none is used later.
+    let r = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+    if r != 0 {
+        return Err(nix::Error::last());
+    }
+    Ok(())
+}
+
+fn read_all(mut f: File) -> String {
+    let mut out = String::new();
+    let _ = f.read_to_string(&mut out);
+    out
 }
 
 fn write_address(bundle: &Path, address: &str) -> Result<(), EntryError> {
