@@ -128,11 +128,14 @@ fn install_and_run_a_pod(test: &str, config_version: Option<u32>) {
         .exec_sync(&id, &["echo", "installed"], 10)
         .expect("ExecSync");
     assert_eq!(String::from_utf8_lossy(&r.stdout), "installed\n", "{r:?}");
-    // The shim containerd runs is the installed one.
+    // The shim containerd runs is the installed one (its executable: on 1.6 containerd
+    // names it through a link on its PATH).
     let shim = p.prefix.join("bin/containerd-shim-rund-v2");
     let procs = rund_tests::leaks::owned_processes(&ctd.watch_prefixes(), &[], ctd.pid());
     assert!(
-        procs.iter().any(|pr| pr.cmdline.starts_with(&s(&shim))),
+        procs.iter().any(
+            |pr| std::fs::read_link(format!("/proc/{}/exe", pr.pid)).ok() == Some(shim.clone())
+        ),
         "{procs:?}"
     );
     let spec: serde_json::Value = serde_json::from_slice(
