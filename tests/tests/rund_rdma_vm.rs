@@ -471,3 +471,17 @@ fn write_bw_gate_on_real_measurements() {
     assert_eq!(entry_id(&cache), measured, "a down port is not measured");
     assert_no_leaks_within(&env.ctd, &before, GRACE);
 }
+
+#[test]
+fn perftest_small_figures_come_from_the_message_rate() {
+    let out = " 2          10             0.00               0.00   \t\t   0.004887\n\
+               65536      100            40.54              40.54  \t\t   0.000649\n";
+    let l = perftest_lines(out);
+    assert_eq!(l.len(), 2, "{l:?}");
+    // 0.004887 Mpps × 2 bytes = 0.00932 MiB/s, where the printed column says 0.00.
+    assert!(
+        (l[0].bw_average - 0.004887e6 * 2.0 / 1_048_576.0).abs() < 1e-9,
+        "{l:?}"
+    );
+    assert_eq!(l[1].bw_average, 40.54, "large figures are taken as printed");
+}

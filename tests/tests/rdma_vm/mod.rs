@@ -79,7 +79,10 @@ pub struct BwLine {
     pub bw_average: f64,
 }
 
-/// The result lines of perftest's report (`#bytes #iterations peak average msgrate`).
+/// The result lines of perftest's report (`#bytes #iterations peak average msgrate`, MiB/s).
+/// perftest prints BW with 2 decimals: a small figure (2-byte messages in a slow VM) reads
+/// "0.00", so below 1 MiB/s it is taken from the message rate (6 decimals), which perftest
+/// computes over the same interval (BW = rate × size).
 pub fn perftest_lines(out: &str) -> Vec<BwLine> {
     out.lines()
         .filter_map(|l| {
@@ -87,10 +90,18 @@ pub fn perftest_lines(out: &str) -> Vec<BwLine> {
             if f.len() != 5 {
                 return None;
             }
+            let bytes: u64 = f[0].parse().ok()?;
+            let printed: f64 = f[3].parse().ok()?;
+            let mpps: f64 = f[4].parse().ok()?;
+            let bw_average = if printed >= 1.0 {
+                printed
+            } else {
+                mpps * 1e6 * bytes as f64 / 1_048_576.0
+            };
             Some(BwLine {
-                bytes: f[0].parse().ok()?,
+                bytes,
                 iterations: f[1].parse().ok()?,
-                bw_average: f[3].parse().ok()?,
+                bw_average,
             })
         })
         .collect()
