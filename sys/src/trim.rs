@@ -30,6 +30,11 @@ impl Quiet {
     pub fn still(&self, ticket: u64) -> bool {
         self.0.load(Ordering::SeqCst) == ticket
     }
+
+    /// [`trim_self`] if nothing happened since `ticket`; `None` if something did.
+    pub fn trim_if_still(&self, ticket: u64) -> Option<io::Result<u64>> {
+        self.still(ticket).then(trim_self)
+    }
 }
 
 /// One trimmable mapping: `[start, end)`, read-only or read-execute,
@@ -129,17 +134,10 @@ pub fn trim_self() -> io::Result<u64> {
     let smaps = std::fs::read_to_string("/proc/self/smaps")?;
     let mut kb = 0;
     for m in trimmable(&smaps) {
-        // SAFETY: the range is a whole private, read-only file mapping of
-        // this process with no written page (checked above): MADV_DONTNEED
-        // only drops its page-table entries, and any later access faults
-        // the same file contents back in. No memory is freed or changed.
-        let r = unsafe {
-            libc::madvise(
-                m.start as *mut libc::c_void,
-                m.end - m.start,
-                libc::MADV_DONTNEED,
-            )
-        };
+        let (addr, len) = (m.start as *mut libc::c_void, m.end - m.start);
+        // Only page-table entries go: a later access faults the same file contents back.
+        // SAFETY: a whole private, read-only, never-written file mapping of this process.
+        let r = unsafe { libc::madvise(addr, len, libc::MADV_DONTNEED) };
         if r == 0 {
             kb += m.rss_kb;
         }

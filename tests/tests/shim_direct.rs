@@ -18,8 +18,8 @@ use containerd_shim_protos::topics::{
 };
 use containerd_shim_protos::ttrpc::Code;
 use rund_tests::shim::{
-    ctx, exec_process, exec_request, run_action, settle, status_of, topics, unique_id, Bundle,
-    Direct, TaskEvent, NAMESPACE, USERNS_ALWAYS, USERNS_OFF,
+    ctx, exec_process, exec_request, run_action, run_action_env, settle, status_of, topics,
+    unique_id, Bundle, Direct, TaskEvent, NAMESPACE, USERNS_ALWAYS, USERNS_OFF,
 };
 use rund_tests::RundBins;
 use serde_json::{json, Value};
@@ -514,15 +514,9 @@ fn start_fails_clearly_when_its_server_cannot_run() {
         .unwrap();
     // The forked server cannot reach containerd's events endpoint: it must say so through
     // `start`, and nothing may be left listening.
-    let out = std::process::Command::new(bins.path(rund_tests::bins::SHIM_BIN))
-        .args(["-namespace", NAMESPACE, "-address", "/nonexistent"])
-        .args(["-id", &bundle.id, "start"])
-        .current_dir(&bundle.path)
-        .env("TTRPC_ADDRESS", "/nonexistent/containerd.sock.ttrpc")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let events = [("TTRPC_ADDRESS", "/nonexistent/containerd.sock.ttrpc")];
+    let out = run_action_env(&bins, &bundle, "start", &events).unwrap();
+    let stderr = &out.stderr;
     assert!(!out.status.success(), "{stderr}");
     assert!(
         stderr.contains("shim server failed (exit status 1)")

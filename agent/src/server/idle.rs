@@ -7,10 +7,9 @@ use std::time::Duration;
 
 use rund_sys::trim::Quiet;
 
-#[derive(Default)]
 pub struct IdleTrim {
-    pub after: Option<Duration>,
-    pub quiet: Arc<Quiet>,
+    after: Option<Duration>,
+    quiet: Arc<Quiet>,
 }
 
 impl IdleTrim {
@@ -27,11 +26,10 @@ impl IdleTrim {
         let ticket = quiet.activity();
         tokio::spawn(async move {
             tokio::time::sleep(after).await;
-            if quiet.still(ticket) {
-                match rund_sys::trim::trim_self() {
-                    Ok(kb) => crate::debug!("idle: unmapped {kb} kB of clean file pages"),
-                    Err(e) => crate::debug!("idle trim: {e}"),
-                }
+            match quiet.trim_if_still(ticket) {
+                Some(Ok(kb)) => crate::debug!("idle: unmapped {kb} kB of clean file pages"),
+                Some(Err(e)) => crate::debug!("idle trim: {e}"),
+                None => {}
             }
         });
     }

@@ -15,12 +15,11 @@ pub(crate) fn after_activity(svc: &Service) {
     let ticket = quiet.activity();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(ms)).await;
-        if quiet.still(ticket) {
-            // Inline: a blocking-pool thread would cost more than it saves.
-            match rund_sys::trim::trim_self() {
-                Ok(kb) => tracing::debug!("idle: unmapped {kb} kB of clean file pages"),
-                Err(e) => tracing::debug!("idle trim: {e}"),
-            }
+        // Inline: a blocking-pool thread would cost more than it saves.
+        match quiet.trim_if_still(ticket) {
+            Some(Ok(kb)) => tracing::debug!("idle: unmapped {kb} kB of clean file pages"),
+            Some(Err(e)) => tracing::debug!("idle trim: {e}"),
+            None => {}
         }
     });
 }

@@ -33,7 +33,7 @@ pub use error::{Result, ShimHarnessError};
 pub use events::{topics, FakeEvents, Recorded, TaskEvent};
 pub use flow::EVENT_GUARD;
 pub use residue::{residue, settle, Residue};
-pub use server::{ctx, run_action, ActionOutput, Ended, ShimServer, HANG_GUARD};
+pub use server::{ctx, run_action, run_action_env, ActionOutput, Ended, ShimServer, HANG_GUARD};
 
 use crate::bins::RundBins;
 

@@ -221,6 +221,16 @@ impl ActionOutput {
 /// Runs `containerd-shim-rund-v2 -namespace rit-direct -address /nonexistent -id <id>
 /// -bundle <bundle> <action>` in the bundle, as containerd runs `delete`.
 pub fn run_action(bins: &RundBins, bundle: &Bundle, action: &str) -> Result<ActionOutput> {
+    run_action_env(bins, bundle, action, &[])
+}
+
+/// [`run_action`] with extra environment variables.
+pub fn run_action_env(
+    bins: &RundBins,
+    bundle: &Bundle,
+    action: &str,
+    env: &[(&str, &str)],
+) -> Result<ActionOutput> {
     let config = super::state::process_config()?;
     let mut cmd = Command::new(bins.path(SHIM_BIN));
     cmd.args(["-namespace", NAMESPACE, "-address", "/nonexistent"])
@@ -230,6 +240,7 @@ pub fn run_action(bins: &RundBins, bundle: &Bundle, action: &str) -> Result<Acti
         .arg(action)
         .current_dir(&bundle.path)
         .env("RUND_CONFIG", config)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
