@@ -88,6 +88,13 @@ pub struct Args {
     /// again after a run (default 10, quick 5).
     #[arg(long)]
     pub kube_settle: Option<u64>,
+    /// Skip the per-node study (rund per-node against per-pod mode and
+    /// runc-v2, N idle pods each).
+    #[arg(long)]
+    pub skip_node: bool,
+    /// Pod counts N for the per-node study (default 50,200; quick 20).
+    #[arg(long, value_delimiter = ',')]
+    pub node_pods: Option<Vec<usize>>,
     /// Samples per variant for the feature switches (default 10, quick 5).
     #[arg(long)]
     pub feature_iterations: Option<usize>,
@@ -138,6 +145,8 @@ pub struct Plan {
     pub pool_cycles: usize,
     pub kube: bool,
     pub kube_pods: Vec<usize>,
+    pub node: bool,
+    pub node_pods: Vec<usize>,
     pub kube_samples: usize,
     pub kube_settle: Duration,
     pub feature_iterations: usize,
@@ -175,6 +184,15 @@ impl Args {
         if kube_pods.is_empty() || kube_pods.contains(&0) {
             return Err("--kube-pods values must be > 0".into());
         }
+        let mut node_pods = self
+            .node_pods
+            .unwrap_or_else(|| if q { vec![20] } else { vec![50, 200] });
+        node_pods.sort_unstable();
+        node_pods.dedup();
+        if node_pods.is_empty() || node_pods.contains(&0) {
+            return Err("--node-pods values must be > 0".into());
+        }
+        let both = runtimes.contains(&RuntimeKind::Rund) && runtimes.contains(&RuntimeKind::Runc);
         let features = !self.skip_features && runtimes.contains(&RuntimeKind::Rund);
         let pool = !self.skip_pool && runtimes.contains(&RuntimeKind::Rund);
         Ok(Plan {
@@ -200,6 +218,8 @@ impl Args {
             pool_cycles: self.pool_cycles.unwrap_or(if q { 100 } else { 1000 }),
             kube: !self.skip_kube,
             kube_pods,
+            node: !self.skip_node && both,
+            node_pods,
             kube_samples: self.kube_samples.unwrap_or(if q { 4 } else { 10 }).max(1),
             kube_settle: Duration::from_secs(self.kube_settle.unwrap_or(if q { 5 } else { 10 })),
             feature_iterations: self.feature_iterations.unwrap_or(if q { 5 } else { 10 }),
@@ -287,6 +307,18 @@ mod tests {
             (false, vec![1, 200], Duration::ZERO)
         );
         assert!(plan(&["--kube-pods", "0,50"]).is_err());
+    }
+
+    #[test]
+    fn node_levels() {
+        assert_eq!(plan(&["--quick"]).unwrap().node_pods, vec![20]);
+        let p = plan(&[]).unwrap();
+        assert_eq!((p.node, p.node_pods), (true, vec![50, 200]));
+        let p = plan(&["--node-pods", "7,3,7", "--skip-node"]).unwrap();
+        assert_eq!((p.node, p.node_pods), (false, vec![3, 7]));
+        assert!(plan(&["--node-pods", "0"]).is_err());
+        // It compares rund with runc-v2: one of them alone has nothing to compare.
+        assert!(!plan(&["--runtimes", "rund"]).unwrap().node);
     }
 
     #[test]

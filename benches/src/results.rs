@@ -49,7 +49,7 @@ pub struct Teardown {
 /// Memory of the per-pod infrastructure, summed over all pods found.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Density {
-    /// Pods whose shim was found from the task pid.
+    /// Pods (tasks) whose shim was found from the task pid.
     pub pods: usize,
     /// Running tasks whose shim could not be found.
     pub unresolved: usize,
@@ -114,6 +114,19 @@ pub struct IdleSet {
     pub failures: usize,
     pub errors: Vec<String>,
     pub density: Option<Density>,
+}
+
+/// rund per-node against per-pod mode and runc-v2, N idle pods each.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct NodeStudy {
+    pub rows: Vec<NodeRow>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeRow {
+    pub pods: usize,
+    pub handler: String,
+    pub set: IdleSet,
 }
 
 /// RunPodSandbox through CRI on containerd 2.1, per handler.
@@ -295,6 +308,8 @@ pub struct Results {
     pub pool: Option<PoolStudy>,
     /// Kubernetes-shaped pods through CRI (pod cgroups as the kubelet makes them).
     pub kube: Option<crate::measure::kube::KubeStudy>,
+    /// rund per-node against per-pod mode (idle pods at N).
+    pub node: Option<NodeStudy>,
     pub notes: Vec<String>,
     pub table: Vec<TableRow>,
 }

@@ -5,7 +5,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::cli::Plan;
 use crate::env::{BenchEnv, EnvError};
-use crate::measure::{concurrent, cri, features, idle, kube, pool, single, stop};
+use crate::measure::{concurrent, cri, features, idle, kube, node, pool, single, stop};
 use crate::progress::{interrupted, Progress};
 use crate::report::figures;
 use crate::results::{Meta, Results};
@@ -41,6 +41,9 @@ fn total_steps(p: &Plan) -> u64 {
     }
     if p.kube {
         t += kube::steps(&kube_options(p));
+    }
+    if p.node {
+        t += node::steps(&p.node_pods);
     }
     if p.features {
         t += features::SWITCHES
@@ -135,6 +138,7 @@ pub fn run(p: &Plan) -> Result<Results, EnvError> {
         features: Vec::new(),
         pool: None,
         kube: None,
+        node: None,
         notes: Vec::new(),
         table: Vec::new(),
     };
@@ -165,6 +169,9 @@ pub fn run(p: &Plan) -> Result<Results, EnvError> {
     }
     if p.idle && !interrupted() {
         res.idle = idle::run(&env, &rts, p.idle_pods, &progress);
+    }
+    if p.node && !interrupted() {
+        res.node = Some(node::run(&env, &p.node_pods, &progress));
     }
     if p.stop && !interrupted() {
         res.stop = stop::run(&env, &rts, p.stop_samples, p.stop_cap, &progress);

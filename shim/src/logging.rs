@@ -1,4 +1,5 @@
-//! Logging to containerd's `log` FIFO in the bundle (the server's cwd).
+//! Logging to containerd's `log` FIFO in the bundle (the server's cwd), or
+//! for a per-node shim to its own file.
 //!
 //! Every event is written through the one shared file: no fd is made per
 //! event, so running out of fds never stops logging, and a failed write is
@@ -17,11 +18,11 @@ use tracing_subscriber::Layer;
 
 static LOG: OnceLock<File> = OnceLock::new();
 
-pub fn init(debug: bool) {
+pub fn init(path: &std::path::Path, debug: bool) {
     let file = OpenOptions::new()
         .write(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open("log")
+        .open(path)
         .or_else(|_| OpenOptions::new().write(true).open("/dev/null"));
     let Ok(file) = file else { return };
     let _ = LOG.set(file);

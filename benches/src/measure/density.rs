@@ -2,6 +2,8 @@
 //! of each task pid (containerd-stress density does the same with the
 //! parent), plus, for rund, every other descendant of the shim that is not
 //! the workload (the agent, its direct child, and the container inits).
+//! Each shim is weighed once, and the sum is shared by the pods found: with
+//! rund's per-node mode one shim serves them all.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -17,6 +19,7 @@ pub fn measure(task_pids: &[u32], workload_binary: &Path) -> Density {
         match procfs::shim_of(pid) {
             Some(s) => {
                 shims.insert(s);
+                d.pods += 1;
             }
             None => d.unresolved += 1,
         }
@@ -27,7 +30,6 @@ pub fn measure(task_pids: &[u32], workload_binary: &Path) -> Density {
             d.unresolved += 1;
             continue;
         };
-        d.pods += 1;
         d.shim_processes += 1;
         d.shim_total += m;
         d.shim_threads += procfs::threads_of(shim).unwrap_or(0);

@@ -8,6 +8,7 @@ pub mod events;
 pub mod features;
 pub mod idle;
 pub mod kube;
+pub mod node;
 pub mod pool;
 pub mod single;
 pub mod stop;

@@ -232,6 +232,7 @@ pub fn build(results: &Results) -> Vec<TableRow> {
 
     super::memory::density_rows(results, &mut rows);
     super::memory::idle_rows(results, &mut rows);
+    super::node::rows(results, &mut rows);
     stop_rows(results, &mut rows);
     rows
 }

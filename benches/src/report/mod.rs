@@ -3,6 +3,7 @@
 pub mod figures;
 pub mod kube;
 pub mod memory;
+pub mod node;
 pub mod pool;
 pub mod svg;
 pub mod table;

@@ -183,6 +183,10 @@ pub fn render(results: &Results) -> String {
         s.push_str("\n### Kubernetes-shaped pods (CRI, a cgroup per pod)\n\n");
         s.push_str(&super::kube::render(k));
     }
+    if let Some(n) = &results.node {
+        s.push_str("\n### rund per-node against per-pod mode (idle pods)\n\n");
+        s.push_str(&super::node::render(n));
+    }
     if !results.notes.is_empty() {
         s.push_str("\n### notes\n\n");
         for n in &results.notes {

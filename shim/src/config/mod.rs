@@ -53,6 +53,25 @@ pub struct RundConfig {
     pub trace: TraceConfig,
     /// `[idle]`: what an idle shim and agent give back.
     pub idle: IdleConfig,
+    /// `[shim]`: one shim process per pod, or one per node.
+    pub shim: ShimConfig,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ShimMode {
+    /// One shim process per pod, as runc-v2 (the default).
+    #[default]
+    PerPod,
+    /// One shim process serves every pod of a containerd namespace: `start`
+    /// hands it each new pod, and a pod's overhead is its agent and inits.
+    PerNode,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ShimConfig {
+    pub mode: ShimMode,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -146,6 +165,7 @@ impl Default for RundConfig {
             init: Default::default(),
             trace: Default::default(),
             idle: Default::default(),
+            shim: Default::default(),
         }
     }
 }
@@ -239,6 +259,15 @@ mod tests {
         assert_eq!(c.cgroup, rund_cgroup::CgroupConfig::default());
         assert_eq!(c.idle, IdleConfig::default());
         assert_eq!(c.grace_period_seconds, 30);
+    }
+
+    #[test]
+    fn shim_mode_is_per_pod_unless_per_node() {
+        assert_eq!(RundConfig::default().shim.mode, ShimMode::PerPod);
+        let c = RundConfig::parse("[shim]\nmode = \"per-node\"\n", Path::new("x")).unwrap();
+        assert_eq!(c.shim.mode, ShimMode::PerNode);
+        let e = RundConfig::parse("[shim]\nmode = \"per-host\"\n", Path::new("x")).unwrap_err();
+        assert!(e.to_string().contains("per-host"), "{e}");
     }
 
     #[test]

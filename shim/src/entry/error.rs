@@ -35,6 +35,9 @@ pub enum EntryError {
         path: String,
         source: std::io::Error,
     },
+    /// Per-node mode: the node's shim could not take the pod.
+    #[error("{0}")]
+    Node(String),
     #[error("listener: {0}")]
     Listener(std::io::Error),
     #[error("ttrpc server: {0}")]

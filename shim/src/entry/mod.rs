@@ -6,6 +6,7 @@ pub mod delete;
 pub mod error;
 pub mod flags;
 pub mod info;
+pub mod node;
 pub mod serve;
 pub mod start;
 
@@ -56,7 +57,7 @@ pub fn main_server(flags: Flags) -> i32 {
 
 /// The agent and our children are reparented to us, so we can reap them.
 /// Not inherited across fork: the server sets it for itself.
-fn set_subreaper() {
+pub(super) fn set_subreaper() {
     // SAFETY: prctl(PR_SET_CHILD_SUBREAPER) only sets a flag on this process.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
 }

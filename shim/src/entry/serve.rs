@@ -46,48 +46,20 @@ async fn serve(flags: Flags) -> Result<(), EntryError> {
     if flags.socket.is_empty() {
         return Err(EntryError::NoSocket);
     }
-    crate::logging::init(flags.debug);
-    // SAFETY: ignoring SIGPIPE only changes this process's disposition.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    crate::logging::init(std::path::Path::new("log"), flags.debug);
+    ignore_sigpipe();
     let config = RundConfig::load(None)?;
-    let ttrpc_address = std::env::var("TTRPC_ADDRESS").unwrap_or_default();
-    let publisher = if ttrpc_address.is_empty() {
-        None
-    } else {
-        Some(Publisher::connect(&ttrpc_address).await?)
-    };
     let exit = Arc::new(ExitSignal::default());
     let service = Arc::new(Service::new(
         config,
-        Events::new(publisher, flags.namespace.clone()),
+        Events::new(connect_publisher().await?, flags.namespace.clone()),
         exit.clone(),
         flags.debug,
     ));
-    let path = flags.socket.trim_start_matches("unix://").to_string();
-    if let Some(dir) = Path::new(&path).parent() {
-        std::fs::create_dir_all(dir).map_err(socket_err("mkdir", &dir.display().to_string()))?;
-    }
-    let _ = std::fs::remove_file(&path);
-    let listener = UnixListener::bind(&path).map_err(socket_err("bind", &path))?;
-    // Only root (containerd) may drive the shim, as with runc's shim.
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-        .map_err(socket_err("chmod", &path))?;
-    let listener = Listener::try_from(listener).map_err(EntryError::Listener)?;
-
-    let task: Arc<dyn containerd_shim_protos::shim_async::Task + Send + Sync> =
-        Arc::new(crate::task::TaskHandler(service.clone()));
-    let mut services = create_task(task.clone());
-    if let Some(v3) = create_task(task).remove(TASK_V2) {
-        services.insert(TASK_V3.to_string(), v3);
-    }
-    let mut server = Server::new()
-        .add_listener(listener)
-        .register_service(services)
-        .register_service(crate::sandboxer::service(service.clone()));
-    server.start().await.map_err(EntryError::Server)?;
+    let pod = open_pod(&flags.socket, service.clone()).await?;
     signal_started();
     let started_as = std::env::var(super::start::STARTED_AS_ENV).unwrap_or_default();
-    tracing::info!(socket = %path, bootstrap = %started_as, "rund shim serving");
+    tracing::info!(socket = %pod.path, bootstrap = %started_as, "rund shim serving");
 
     let sigterm_service = service.clone();
     tokio::spawn(async move {
@@ -103,15 +75,79 @@ async fn serve(flags: Flags) -> Result<(), EntryError> {
         }
     });
     exit.wait().await;
-    // Every event answered before the connection to containerd closes.
-    service.events.flush(FLUSH_LIMIT).await;
-    // The request that asked us to exit (Shutdown, ShutdownSandbox) is still
-    // being answered: ttrpc's shutdown drops unsent replies, and containerd
-    // fails RemovePodSandbox on a lost ShutdownSandbox reply.
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    let _ = server.shutdown().await;
-    let _ = std::fs::remove_file(&path);
+    pod.close(&service).await;
     Ok(())
+}
+
+pub(super) fn ignore_sigpipe() {
+    // SAFETY: ignoring SIGPIPE only changes this process's disposition.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+}
+
+/// The event publisher to containerd's `TTRPC_ADDRESS`, if it gave one.
+pub(super) async fn connect_publisher() -> Result<Option<Publisher>, EntryError> {
+    let ttrpc_address = std::env::var("TTRPC_ADDRESS").unwrap_or_default();
+    if ttrpc_address.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Publisher::connect(&ttrpc_address).await?))
+}
+
+/// One pod's ttrpc server on its own socket.
+pub(super) struct PodServer {
+    server: Server,
+    pub(super) path: String,
+}
+
+/// Binds `socket` (root only) and serves `service` on it as task v2, task v3
+/// and the sandbox API.
+pub(super) async fn open_pod(socket: &str, service: Arc<Service>) -> Result<PodServer, EntryError> {
+    let path = socket.trim_start_matches("unix://").to_string();
+    if let Some(dir) = Path::new(&path).parent() {
+        std::fs::create_dir_all(dir).map_err(socket_err("mkdir", &dir.display().to_string()))?;
+    }
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path).map_err(socket_err("bind", &path))?;
+    // Only root (containerd) may drive the shim, as with runc's shim.
+    let opened = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+        .map_err(socket_err("chmod", &path))
+        .and_then(|()| Listener::try_from(listener).map_err(EntryError::Listener));
+    let listener = match opened {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
+    };
+    let task: Arc<dyn containerd_shim_protos::shim_async::Task + Send + Sync> =
+        Arc::new(crate::task::TaskHandler(service.clone()));
+    let mut services = create_task(task.clone());
+    if let Some(v3) = create_task(task).remove(TASK_V2) {
+        services.insert(TASK_V3.to_string(), v3);
+    }
+    let mut server = Server::new()
+        .add_listener(listener)
+        .register_service(services)
+        .register_service(crate::sandboxer::service(service));
+    if let Err(e) = server.start().await {
+        let _ = std::fs::remove_file(&path);
+        return Err(EntryError::Server(e));
+    }
+    Ok(PodServer { server, path })
+}
+
+impl PodServer {
+    /// After the pod's exit signal: its last events out, then the socket gone.
+    pub(super) async fn close(mut self, service: &Service) {
+        // Every event answered before the connection to containerd closes.
+        service.events.flush(FLUSH_LIMIT).await;
+        // The request that asked us to exit (Shutdown, ShutdownSandbox) is still
+        // being answered: ttrpc's shutdown drops unsent replies, and containerd
+        // fails RemovePodSandbox on a lost ShutdownSandbox reply.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let _ = self.server.shutdown().await;
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 fn socket_err<'a>(
@@ -126,7 +162,7 @@ fn socket_err<'a>(
 }
 
 /// Closes our stdout (the pipe `start` waits on) by pointing it at stderr.
-fn signal_started() {
+pub(super) fn signal_started() {
     // SAFETY: dup2 onto fd 1; both fds are valid for the process lifetime.
     unsafe { libc::dup2(libc::STDERR_FILENO, libc::STDOUT_FILENO) };
 }

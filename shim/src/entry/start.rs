@@ -2,7 +2,8 @@
 //! starting one if none serves it yet, as a plain address or as containerd
 //! 2.x's JSON bootstrap params (see [`super::bootstrap`]). stdout and stderr
 //! both reach containerd as the reply: print nothing else. The server is a
-//! fork of this process, not a second exec of the binary.
+//! fork of this process, not a second exec of the binary. In per-node mode
+//! the node's shim serves the pod ([`super::node`]).
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -15,6 +16,7 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, pipe2, setsid, ForkResult, Pid};
 
 use super::flags::Flags;
+use crate::config::{RundConfig, ShimMode};
 
 use super::bootstrap;
 use super::error::EntryError;
@@ -37,33 +39,16 @@ pub fn run(flags: &Flags) -> Result<(), EntryError> {
     let address = super::socket_address(flags, &grouping);
     let reply = bootstrap::choose(&flags.publish_binary);
     let path = address.trim_start_matches("unix://").to_string();
-    if UnixStream::connect(&path).is_ok() {
-        write_address(&bundle, &address)?;
-        print!("{}", reply.render(&address));
-        return Ok(());
-    }
-    let server = Flags {
-        socket: address.clone(),
-        action: String::new(),
-        ..flags.clone()
-    };
-    let (child, out) = fork_server(server, reply.name(), config_path)?;
-    // The server closes its stdout once it listens (or on failure).
-    let mut out = read_all(out);
-    // The server writes only on failure, and listens before it closes the
-    // pipe: check both, since it may not have exited yet when we get here.
-    if !out.is_empty() || UnixStream::connect(&path).is_err() {
-        let status = match waitpid(child, None) {
-            Ok(WaitStatus::Exited(_, code)) => format!("exit status {code}"),
-            Ok(WaitStatus::Signaled(_, sig, _)) => format!("killed by {sig}"),
-            Ok(other) => format!("{other:?}"),
-            Err(e) => e.to_string(),
-        };
-        out.truncate(out.trim_end().len());
-        return Err(EntryError::ServerFailed {
-            status,
-            output: out,
-        });
+    if UnixStream::connect(&path).is_err() {
+        let config = RundConfig::load(config_path.as_deref().map(Path::new));
+        // A bad config is reported by Create, as in per-pod mode.
+        let per_node = matches!(&config, Ok(c) if c.shim.mode == ShimMode::PerNode);
+        if per_node {
+            let state_dir = config.map(|c| c.state_dir).unwrap_or_default();
+            super::node::hand_over(flags, &state_dir, &address, config_path)?;
+        } else {
+            start_pod_server(flags, &address, reply.name(), config_path)?;
+        }
     }
     write_address(&bundle, &address)?;
     std::io::stdout()
@@ -73,15 +58,59 @@ pub fn run(flags: &Flags) -> Result<(), EntryError> {
     Ok(())
 }
 
+/// Forks this pod's own server and waits until it listens.
+fn start_pod_server(
+    flags: &Flags,
+    address: &str,
+    started_as: &str,
+    config_path: Option<String>,
+) -> Result<(), EntryError> {
+    let server = Flags {
+        socket: address.to_string(),
+        action: String::new(),
+        ..flags.clone()
+    };
+    let started_as = started_as.to_string();
+    let (child, out) = fork_server(move || {
+        // SAFETY: single-threaded: nothing reads the environment meanwhile.
+        unsafe {
+            std::env::set_var(STARTED_AS_ENV, started_as);
+            if let Some(p) = config_path {
+                std::env::set_var(crate::config::ENV_PATH, p);
+            }
+        }
+        super::main_server(server)
+    })?;
+    await_listening(child, out, address.trim_start_matches("unix://"))
+}
+
+/// The forked server closes its stdout once it listens on `path` (or on
+/// failure, after writing why).
+pub(super) fn await_listening(child: Pid, out: File, path: &str) -> Result<(), EntryError> {
+    let mut out = read_all(out);
+    // The server writes only on failure, and listens before it closes the
+    // pipe: check both, since it may not have exited yet when we get here.
+    if out.is_empty() && UnixStream::connect(path).is_ok() {
+        return Ok(());
+    }
+    let status = match waitpid(child, None) {
+        Ok(WaitStatus::Exited(_, code)) => format!("exit status {code}"),
+        Ok(WaitStatus::Signaled(_, sig, _)) => format!("killed by {sig}"),
+        Ok(other) => format!("{other:?}"),
+        Err(e) => e.to_string(),
+    };
+    out.truncate(out.trim_end().len());
+    Err(EntryError::ServerFailed {
+        status,
+        output: out,
+    })
+}
+
 /// Forks the server: the child is this process, binary already loaded and
 /// relocated, so no second exec and dynamic link sits on the start path.
 /// `start` has no thread yet, so the child may run anything. Its stdout is
 /// the returned pipe; its stdin and stderr are /dev/null.
-fn fork_server(
-    server: Flags,
-    started_as: &str,
-    config_path: Option<String>,
-) -> Result<(Pid, File), EntryError> {
+pub(super) fn fork_server(serve: impl FnOnce() -> i32) -> Result<(Pid, File), EntryError> {
     let spawn_err = |e: nix::Error| EntryError::Spawn(e.into());
     let (r, w) = pipe2(OFlag::O_CLOEXEC).map_err(spawn_err)?;
     let null = File::options()
@@ -103,14 +132,7 @@ fn fork_server(
                     // Both were closed with every other fd above 2.
                     std::mem::forget(null);
                     std::mem::forget(w);
-                    // SAFETY: single-threaded: nothing reads the environment meanwhile.
-                    unsafe {
-                        std::env::set_var(STARTED_AS_ENV, started_as);
-                        if let Some(p) = config_path {
-                            std::env::set_var(crate::config::ENV_PATH, p);
-                        }
-                    }
-                    super::main_server(server)
+                    serve()
                 }
                 Err(e) => {
                     let _ = nix::unistd::write(&w, format!("server set-up: {e}").as_bytes());

@@ -37,6 +37,7 @@ pub enum PublishError {
 /// Tries per event: about fifteen seconds of a containerd outage.
 const TRIES: u64 = 5;
 
+#[derive(Clone)]
 pub struct Publisher {
     tx: mpsc::UnboundedSender<Envelope>,
     /// Events queued and not yet answered (or given up).

@@ -1,0 +1,179 @@
+//! Per-node mode (`[shim] mode = "per-node"`): one shim process serves every
+//! pod of a containerd namespace, each pod on its own socket, so a pod costs
+//! its agent and inits, not a process of its own.
+//!
+//! `start` takes the node lock, connects to the node's control socket
+//! (starting the node's shim if none listens) and hands over the pod
+//! ([`wire::PodRequest`]); the node answers once the pod's socket listens.
+//! The node's shim leaves when it has served no pod for a while, under the
+//! same lock, so a `start` never hands a pod to a shim on its way out.
+
+pub mod server;
+pub mod wire;
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::fcntl::{Flock, FlockArg};
+
+use super::error::EntryError;
+use super::flags::{self, Flags};
+
+/// Not a container id (containerd allows none with a space), so never a pod's.
+const NODE_ID: &str = "rund node";
+/// How long `start` waits for the node to serve a pod: a socket bind.
+const ANSWER_LIMIT: Duration = Duration::from_secs(30);
+
+/// The node shim's control socket for this containerd and namespace.
+pub fn control_path(flags: &Flags) -> String {
+    flags::socket_address(&flags.address, &flags.namespace, NODE_ID)
+        .trim_start_matches("unix://")
+        .to_string()
+}
+
+/// Has the node's shim serve the pod at `address`, starting it if needed.
+pub fn hand_over(
+    flags: &Flags,
+    state_dir: &Path,
+    address: &str,
+    config_path: Option<String>,
+) -> Result<(), EntryError> {
+    let control = control_path(flags);
+    let _lock = NodeLock::take(&control)?;
+    let stream = match UnixStream::connect(&control) {
+        Ok(s) => s,
+        Err(_) => {
+            spawn(flags, state_dir, &control)?;
+            UnixStream::connect(&control).map_err(node_err("connect"))?
+        }
+    };
+    let req = wire::PodRequest {
+        socket: address.to_string(),
+        namespace: flags.namespace.clone(),
+        config_path,
+        debug: flags.debug,
+    };
+    stream
+        .set_read_timeout(Some(ANSWER_LIMIT))
+        .map_err(node_err("timeout"))?;
+    (&stream)
+        .write_all(req.line().as_bytes())
+        .map_err(node_err("send"))?;
+    let mut reply = String::new();
+    BufReader::new(stream.take(wire::MAX_LINE as u64))
+        .read_line(&mut reply)
+        .map_err(node_err("answer"))?;
+    wire::reply_result(&reply).map_err(EntryError::Node)
+}
+
+fn spawn(flags: &Flags, state_dir: &Path, control: &str) -> Result<(), EntryError> {
+    let (flags, path) = (flags.clone(), control.to_string());
+    let log = log_path(state_dir, control);
+    let (child, out) = super::start::fork_server(move || server::main(flags, path, log))?;
+    super::start::await_listening(child, out, control)
+}
+
+/// `<state_dir>/node-<hash>.log`, the hash being the control socket's name.
+fn log_path(state_dir: &Path, control: &str) -> PathBuf {
+    let name = Path::new(control)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    state_dir.join(format!("node-{name}.log"))
+}
+
+fn node_err(op: &'static str) -> impl FnOnce(std::io::Error) -> EntryError {
+    move |e| EntryError::Node(format!("node shim: {op}: {e}"))
+}
+
+/// The exclusive lock beside the control socket, held while a pod is handed
+/// over and while the node decides to leave.
+pub struct NodeLock {
+    _lock: Flock<File>,
+    path: PathBuf,
+}
+
+impl NodeLock {
+    pub fn take(control: &str) -> Result<NodeLock, EntryError> {
+        let path = PathBuf::from(format!("{control}.lock"));
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(node_err("lock dir"))?;
+        }
+        loop {
+            let file = OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .write(true)
+                .mode(0o600)
+                .custom_flags(libc::O_CLOEXEC)
+                .open(&path)
+                .map_err(node_err("lock"))?;
+            let lock = Flock::lock(file, FlockArg::LockExclusive)
+                .map_err(|(_, e)| node_err("lock")(e.into()))?;
+            // A leaving node removes the file while it holds it: lock the
+            // file that is there now, not the one it unlinked.
+            let held = lock.metadata().map_err(node_err("lock"))?;
+            match std::fs::metadata(&path) {
+                Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
+                    return Ok(NodeLock { _lock: lock, path });
+                }
+                _ => continue,
+            }
+        }
+    }
+
+    /// Removes the lock file; the lock is still held until drop.
+    pub fn remove(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_control_socket_is_per_containerd_and_namespace() {
+        let f = |address: &str, namespace: &str| Flags {
+            address: address.into(),
+            namespace: namespace.into(),
+            ..Flags::default()
+        };
+        let a = control_path(&f("/run/containerd/containerd.sock", "k8s.io"));
+        assert!(a.starts_with("/run/containerd/s/"), "{a}");
+        assert_ne!(
+            a,
+            control_path(&f("/run/containerd/containerd.sock", "default"))
+        );
+        assert_ne!(a, control_path(&f("/tmp/other.sock", "k8s.io")));
+        assert_eq!(
+            log_path(Path::new("/run/rund"), &a),
+            PathBuf::from(format!("/run/rund/node-{}.log", &a[18..]))
+        );
+    }
+
+    #[test]
+    fn a_removed_lock_file_is_not_the_one_locked() {
+        let dir = tempfile::tempdir().unwrap();
+        let control = dir.path().join("ctl").display().to_string();
+        let first = NodeLock::take(&control).unwrap();
+        let waiter = std::thread::spawn({
+            let control = control.clone();
+            move || NodeLock::take(&control).unwrap()
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        first.remove();
+        drop(first);
+        // The waiter got the unlinked file's lock first, saw it gone, and
+        // holds a lock on the file now at the path.
+        let second = waiter.join().unwrap();
+        let held = second._lock.metadata().unwrap();
+        let now = std::fs::metadata(&second.path).expect("a lock file at the path");
+        assert_eq!((held.dev(), held.ino()), (now.dev(), now.ino()));
+    }
+}

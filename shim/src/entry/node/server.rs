@@ -1,0 +1,259 @@
+//! The node's shim: a control socket that admits pods, and one ttrpc server
+//! per pod on the pod's own socket, all on one thread. A pod's server closes
+//! on the pod's own exit signal (Shutdown, ShutdownSandbox), as a per-pod
+//! shim would exit; the process leaves after [`LINGER`] without pods.
+
+use std::collections::HashMap;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::Notify;
+
+use super::super::error::EntryError;
+use super::super::flags::Flags;
+use super::super::serve;
+use super::wire::{self, PodRequest};
+use crate::config::RundConfig;
+use crate::task::events::Events;
+use crate::task::exit_signal::ExitSignal;
+use crate::task::publish::Publisher;
+use crate::task::Service;
+
+/// How long the node's shim stays with no pod: pods come and go in bursts.
+pub const LINGER: Duration = Duration::from_secs(2);
+/// A `start` sends its one line at once.
+const REQUEST_LIMIT: Duration = Duration::from_secs(10);
+/// How long SIGTERM waits for the pods' servers to close.
+const TEARDOWN_LIMIT: Duration = Duration::from_secs(60);
+
+struct Node {
+    publisher: Option<Publisher>,
+    /// The pods served, by socket address.
+    pods: Mutex<HashMap<String, Arc<Service>>>,
+    /// Told when a pod leaves.
+    changed: Notify,
+}
+
+impl Node {
+    fn pods(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Service>>> {
+        self.pods.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Returns once no pod has been served for `LINGER`.
+    async fn idle(&self) {
+        loop {
+            let changed = self.changed.notified();
+            if self.pods().is_empty() {
+                tokio::select! {
+                    _ = tokio::time::sleep(LINGER) => return,
+                    _ = changed => {}
+                }
+            } else {
+                changed.await;
+            }
+        }
+    }
+}
+
+/// Runs the node's shim (forked by `start`); its stdout is `start`'s pipe.
+pub fn main(flags: Flags, control: String, log: PathBuf) -> i32 {
+    super::super::set_subreaper();
+    rund_sys::trim::lean_malloc(128 << 10);
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .max_blocking_threads(64)
+        .thread_keep_alive(Duration::from_millis(500))
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            print!("{}", EntryError::Runtime(e));
+            return 1;
+        }
+    };
+    let r = rt.block_on(run(flags, &control, &log));
+    rt.shutdown_timeout(Duration::from_secs(1));
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            // `start` reads our stdout until it closes: an error there is reported.
+            print!("{e}");
+            1
+        }
+    }
+}
+
+async fn run(flags: Flags, control: &str, log: &Path) -> Result<(), EntryError> {
+    // No pod's bundle is this shim's: it must not hold one busy.
+    let _ = std::env::set_current_dir("/");
+    open_log(log, flags.debug);
+    serve::ignore_sigpipe();
+    let node = Arc::new(Node {
+        publisher: serve::connect_publisher().await?,
+        pods: Mutex::new(HashMap::new()),
+        changed: Notify::new(),
+    });
+    let _ = std::fs::remove_file(control);
+    let listener = bind(control)?;
+    serve::signal_started();
+    tracing::info!(control, "rund node shim serving");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(EntryError::Runtime)?;
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                if let Ok((stream, _)) = accepted {
+                    tokio::spawn(handle(node.clone(), stream));
+                }
+            }
+            _ = term.recv() => {
+                tracing::info!("SIGTERM: tearing every pod down");
+                teardown(&node).await;
+                break;
+            }
+            _ = node.idle() => {
+                if leave(&node, control).await {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_file(control);
+    Ok(())
+}
+
+fn open_log(log: &Path, debug: bool) {
+    if let Some(dir) = log.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    // A node's log starts with its process; earlier ones are replaced.
+    let _ = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(log);
+    crate::logging::init(log, debug);
+}
+
+fn bind(control: &str) -> Result<UnixListener, EntryError> {
+    let err = |op: &'static str| {
+        move |source| EntryError::Socket {
+            op,
+            path: control.to_string(),
+            source,
+        }
+    };
+    let listener = UnixListener::bind(control).map_err(err("bind"))?;
+    // Only root (containerd's `start`) may hand pods over.
+    if let Err(e) = std::fs::set_permissions(control, std::fs::Permissions::from_mode(0o600)) {
+        let _ = std::fs::remove_file(control);
+        return Err(err("chmod")(e));
+    }
+    Ok(listener)
+}
+
+/// Leaves if still without pods once the node lock is held: no `start` is
+/// then between its connect and the answer, and a later one finds no socket.
+async fn leave(node: &Arc<Node>, control: &str) -> bool {
+    let path = control.to_string();
+    let Ok(Ok(lock)) = tokio::task::spawn_blocking(move || super::NodeLock::take(&path)).await
+    else {
+        return false;
+    };
+    if !node.pods().is_empty() {
+        return false;
+    }
+    let _ = std::fs::remove_file(control);
+    lock.remove();
+    tracing::info!("no pod for {LINGER:?}: leaving");
+    true
+}
+
+async fn handle(node: Arc<Node>, stream: UnixStream) {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    match stream.peer_cred() {
+        Ok(c) if c.uid() == euid => {}
+        other => {
+            tracing::warn!("control connection refused: peer {other:?}");
+            return;
+        }
+    }
+    let (read, mut write) = stream.into_split();
+    let mut line = String::new();
+    let mut reader = BufReader::new(read.take(wire::MAX_LINE as u64));
+    let read = tokio::time::timeout(REQUEST_LIMIT, reader.read_line(&mut line)).await;
+    let reply = match read {
+        Ok(Ok(_)) => match PodRequest::parse(&line) {
+            Ok(req) => admit(&node, req).await.map(|()| wire::OK.to_string()),
+            Err(e) => Err(e),
+        },
+        Ok(Err(e)) => Err(format!("reading the request: {e}")),
+        Err(_) => Err("no request in time".into()),
+    };
+    let reply = reply.unwrap_or_else(|e| {
+        tracing::warn!("pod refused: {e}");
+        e.replace('\n', " ")
+    });
+    let _ = write.write_all(format!("{reply}\n").as_bytes()).await;
+}
+
+/// Serves one more pod on its own socket until its exit signal.
+async fn admit(node: &Arc<Node>, req: PodRequest) -> Result<(), String> {
+    if node.pods().contains_key(&req.socket) {
+        return Ok(());
+    }
+    let config =
+        RundConfig::load(req.config_path.as_deref().map(Path::new)).map_err(|e| e.to_string())?;
+    let exit = Arc::new(ExitSignal::default());
+    let events = Events::new(node.publisher.clone(), req.namespace.clone());
+    let service = Arc::new(Service::new(config, events, exit.clone(), req.debug));
+    let pod = serve::open_pod(&req.socket, service.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    let served = {
+        let mut pods = node.pods();
+        pods.insert(req.socket.clone(), service.clone());
+        pods.len()
+    };
+    tracing::info!(socket = %pod.path, pods = served, "pod admitted");
+    let node = node.clone();
+    tokio::spawn(async move {
+        exit.wait().await;
+        pod.close(&service).await;
+        let left = {
+            let mut pods = node.pods();
+            pods.remove(&req.socket);
+            pods.len()
+        };
+        tracing::info!(socket = %req.socket, pods = left, "pod closed");
+        node.changed.notify_waiters();
+    });
+    Ok(())
+}
+
+/// SIGTERM: every pod torn down as a per-pod shim would on SIGTERM.
+async fn teardown(node: &Arc<Node>) {
+    let pods: Vec<Arc<Service>> = node.pods().values().cloned().collect();
+    for svc in pods {
+        tokio::spawn(async move {
+            crate::task::teardown_all(&svc).await;
+            svc.exit.signal();
+        });
+    }
+    let _ = tokio::time::timeout(TEARDOWN_LIMIT, async {
+        loop {
+            let changed = node.changed.notified();
+            if node.pods().is_empty() {
+                return;
+            }
+            changed.await;
+        }
+    })
+    .await;
+}

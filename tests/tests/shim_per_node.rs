@@ -1,0 +1,223 @@
+//! `[shim] mode = "per-node"` through real containerd and ctr: every pod of the namespace is
+//! served by one shim process, each on its own socket; a pod's Delete closes only its socket;
+//! bad input (a junk control request, a missing rootfs) is refused and leaves the others
+//! served; the node's shim leaves once no pod is left, with nothing behind.
+//!
+//! Skipped (with a message) until rund's binaries are built; `RUND_REQUIRE_BINS=1` makes that
+//! a failure.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rund_tests::{assert_no_leaks_within, Containerd, ContainerdOpts, LeakSnapshot, RunSpec};
+use sha2::{Digest, Sha256};
+
+const RUND: &str = "io.containerd.rund.v2";
+/// The node's linger (2 s) plus containerd's own cleanup.
+const GRACE: Duration = Duration::from_secs(20);
+
+fn start(test: &str) -> Option<Containerd> {
+    let opts = ContainerdOpts {
+        rund_config: Some("[shim]\nmode = \"per-node\"\n".into()),
+        ..ContainerdOpts::new()
+    };
+    Containerd::start_rund_or_skip(test, opts)
+}
+
+fn config_flags(ctd: &Containerd) -> Vec<String> {
+    let cfg = ctd.opts.rund_config_path.as_ref().expect("a rund config");
+    vec!["--runtime-config-path".into(), cfg.display().to_string()]
+}
+
+fn spec(ctd: &Containerd, id: &str, rootfs: &Path, args: &[&str]) -> RunSpec {
+    RunSpec {
+        id: id.into(),
+        rootfs: Some(rootfs.into()),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        flags: config_flags(ctd),
+        ..RunSpec::new(RUND)
+    }
+}
+
+fn run_detached(ctd: &Containerd, id: &str, rootfs: &Path) {
+    let out = ctd
+        .run_spec(&RunSpec {
+            detach: true,
+            ..spec(ctd, id, rootfs, &["sleep", "100000"])
+        })
+        .unwrap();
+    assert!(out.success(), "{id}: {out:?}");
+}
+
+fn ppid_and_comm(pid: u32) -> Option<(u32, String)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (head, rest) = stat.rsplit_once(')')?;
+    let comm = head.split_once('(')?.1.to_string();
+    let ppid = rest.split_whitespace().nth(1)?.parse().ok()?;
+    Some((ppid, comm))
+}
+
+/// The nearest `containerd-shim*` ancestor of `pid`.
+fn shim_of(pid: u32) -> Option<u32> {
+    let mut p = pid;
+    for _ in 0..16 {
+        let (ppid, comm) = ppid_and_comm(p)?;
+        if comm.starts_with("containerd-shim") {
+            return Some(p);
+        }
+        p = ppid;
+    }
+    None
+}
+
+fn task_pid(ctd: &Containerd, id: &str) -> u32 {
+    let out = ctd.ctr(&["task", "ls"]).unwrap();
+    out.stdout
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.first() == Some(&id) && f.get(2) == Some(&"RUNNING")).then(|| f[1].parse().ok())?
+        })
+        .unwrap_or_else(|| panic!("{id} is not RUNNING: {}", out.stdout))
+}
+
+fn remove(ctd: &Containerd, id: &str) {
+    let _ = ctd.ctr(&["task", "kill", "-s", "KILL", id]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        let out = ctd.ctr(&["task", "rm", id]).unwrap();
+        if out.success() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(ctd.ctr(&["container", "rm", id]).unwrap().success(), "{id}");
+}
+
+/// The node's control socket: containerd's socket hash of `<address>/<ns>/rund node`.
+fn control_socket(ctd: &Containerd) -> PathBuf {
+    let key = format!("{}/{}/rund node", ctd.address().display(), ctd.namespace);
+    let hex: String = Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    PathBuf::from(format!("/run/containerd/s/{hex}"))
+}
+
+fn alive(pid: u32) -> bool {
+    ppid_and_comm(pid).is_some()
+}
+
+#[test]
+fn pods_share_one_shim_and_it_leaves_after_the_last() {
+    let Some(ctd) = start("pods_share_one_shim_and_it_leaves_after_the_last") else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+    // Started at once: each `start` finds the node (or starts it) under the node lock.
+    let ids = ["pn1", "pn2", "pn3", "pn4"];
+    std::thread::scope(|s| {
+        for id in ids {
+            let (ctd, rootfs) = (&ctd, &rootfs);
+            s.spawn(move || run_detached(ctd, id, rootfs));
+        }
+    });
+    let shims: Vec<u32> = ids
+        .iter()
+        .map(|id| shim_of(task_pid(&ctd, id)).expect("a shim above the task"))
+        .collect();
+    assert!(
+        shims.iter().all(|&s| s == shims[0]),
+        "one shim serves every pod: {shims:?}"
+    );
+    let node = shims[0];
+    let control = control_socket(&ctd);
+    assert!(
+        control.exists(),
+        "{} is the node's socket",
+        control.display()
+    );
+
+    // A pod that comes and goes while the others run; its output comes back.
+    let out = ctd
+        .run_spec(&spec(&ctd, "pn-once", &rootfs, &["echo", "from the node"]))
+        .unwrap();
+    assert_eq!(
+        (out.code(), out.stdout.as_str()),
+        (0, "from the node\n"),
+        "{out:?}"
+    );
+
+    // Junk on the control socket is answered and changes nothing.
+    let mut s = UnixStream::connect(&control).unwrap();
+    s.write_all(b"{\"socket\": 7}\n").unwrap();
+    let mut reply = String::new();
+    BufReader::new(&s).read_line(&mut reply).unwrap();
+    assert!(reply.starts_with("bad request"), "{reply:?}");
+
+    // A pod with no rootfs fails clearly and leaves the node serving the others.
+    let missing = ctd.dir.join("no-such-rootfs");
+    let out = ctd
+        .run_spec(&spec(&ctd, "pn-bad", &missing, &["true"]))
+        .unwrap();
+    assert!(!out.success(), "{out:?}");
+    let _ = ctd.ctr(&["container", "rm", "pn-bad"]);
+
+    // One pod's delete closes its socket only.
+    remove(&ctd, "pn1");
+    for id in ["pn2", "pn3"] {
+        assert_eq!(shim_of(task_pid(&ctd, id)), Some(node), "{id}");
+    }
+    let out = ctd
+        .ctr(&[
+            "task",
+            "exec",
+            "--exec-id",
+            "e1",
+            "pn2",
+            "echo",
+            "still served",
+        ])
+        .unwrap();
+    assert_eq!(out.stdout, "still served\n", "{out:?}");
+
+    for id in ["pn2", "pn3", "pn4"] {
+        remove(&ctd, id);
+    }
+    let deadline = Instant::now() + GRACE;
+    while alive(node) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!alive(node), "the node's shim left with its last pod");
+    assert!(!control.exists(), "its control socket went with it");
+    assert!(
+        !PathBuf::from(format!("{}.lock", control.display())).exists(),
+        "and its lock file"
+    );
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
+
+#[test]
+fn a_pod_after_the_node_left_gets_a_new_node() {
+    let Some(ctd) = start("a_pod_after_the_node_left_gets_a_new_node") else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+    run_detached(&ctd, "pa", &rootfs);
+    let first = shim_of(task_pid(&ctd, "pa")).unwrap();
+    remove(&ctd, "pa");
+    let deadline = Instant::now() + GRACE;
+    while alive(first) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!alive(first), "the first node left");
+    run_detached(&ctd, "pb", &rootfs);
+    let second = shim_of(task_pid(&ctd, "pb")).unwrap();
+    assert_ne!(first, second);
+    remove(&ctd, "pb");
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
