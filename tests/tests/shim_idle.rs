@@ -1,7 +1,7 @@
 //! An idle shim and agent give back their start-up pages (`[idle] trim_after_ms`): the clean
-//! file pages they mapped at start are unmapped once Start has been quiet that long, and the
-//! pod keeps working (exec, kill, delete) with the pages faulted back in. With 0, nothing is
-//! unmapped.
+//! file pages they mapped at start are unmapped once requests have been quiet that long, and
+//! the pod keeps working (exec, kill, delete) with the pages faulted back in, and given back
+//! again once quiet. With 0, nothing is unmapped.
 //!
 //! Needs root and rund's binaries; skipped with a message otherwise.
 
@@ -78,6 +78,29 @@ async fn idle_shim_and_agent_unmap_start_pages_and_keep_working() {
     );
     // The pod works on: code comes back from the page cache.
     assert_eq!(d.exec_to_end("e1", &["true"]).await.unwrap(), 0);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Any request is activity, not only Start and Delete: a shim that containerd polls maps
+    // back the code it runs, and trims it again once the polls stop.
+    let quiet = mapped_kb(shim);
+    for _ in 0..20 {
+        d.state("").await.unwrap();
+    }
+    let polled = mapped_kb(shim);
+    eprintln!("quiet: shim {quiet} kB mapped; after 20 State: {polled} kB");
+    assert!(polled > quiet, "State ran no code that had been unmapped");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut now = polled;
+    // At least half of what the polls mapped back is given back.
+    let given_back = |now: u64| polled.saturating_sub(now) * 2 >= polled - quiet;
+    while Instant::now() < deadline && !given_back(now) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        now = mapped_kb(shim);
+    }
+    assert!(
+        given_back(now),
+        "the shim keeps {now} kB of the {polled} kB after the polls"
+    );
+    eprintln!("quiet again: shim {now} kB mapped");
     stop(d).await;
 }
 

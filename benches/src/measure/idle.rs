@@ -1,6 +1,6 @@
 //! Memory of idle pods: a few sleeping containers per runtime, started one
-//! by one (alternating), then left alone so start-up buffers and worker
-//! threads can go, then weighed as in the density measure.
+//! by one (alternating), listed, then left alone so start-up buffers and
+//! worker threads can go, then weighed as in the density measure.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -47,9 +47,12 @@ pub fn run(
             progress.inc(1);
         }
     }
+    // Listed before the settle: `ctr task ls` asks every shim for its
+    // state, which would run (and map back) the shims' RPC code just
+    // before they are weighed.
+    let tasks = env.ctr.tasks().unwrap_or_default();
     progress.phase("idle pods: settle");
     std::thread::sleep(SETTLE);
-    let tasks = env.ctr.tasks().unwrap_or_default();
     for (label, set) in out.iter_mut() {
         set.settle_ms = SETTLE.as_millis() as u64;
         let pids: Vec<u32> = tasks
@@ -64,7 +67,7 @@ pub fn run(
             set.failures += missing;
             note_error(
                 &mut set.errors,
-                "a started pod was not RUNNING when weighed".into(),
+                "a started pod was not RUNNING when listed".into(),
             );
         }
         if !pids.is_empty() {

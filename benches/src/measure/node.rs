@@ -76,8 +76,10 @@ fn weigh(env: &BenchEnv, rt: &Runtime, n: usize, prefix: &str, progress: &Progre
         set.failures += 1;
         note_error(&mut set.errors, e);
     }
-    std::thread::sleep(SETTLE);
+    // Listed before the settle, as in the idle measure: `ctr task ls` asks
+    // every shim for its state.
     let tasks = env.ctr.tasks().unwrap_or_default();
+    std::thread::sleep(SETTLE);
     let pids: Vec<u32> = tasks
         .iter()
         .filter(|t| t.status == "RUNNING" && ids.contains(&t.id))

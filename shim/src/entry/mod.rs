@@ -1,6 +1,7 @@
 //! The shim binary's entry: containerd runs it as `start`, `delete`, or
 //! (from `start`) as the long-running server.
 
+mod activity;
 pub mod bootstrap;
 pub mod delete;
 pub mod error;

@@ -125,10 +125,13 @@ pub(super) async fn open_pod(socket: &str, service: Arc<Service>) -> Result<PodS
     if let Some(v3) = create_task(task).remove(TASK_V2) {
         services.insert(TASK_V3.to_string(), v3);
     }
+    let mut sandbox = crate::sandboxer::service(service.clone());
+    super::activity::count(&mut services, &service);
+    super::activity::count(&mut sandbox, &service);
     let mut server = Server::new()
         .add_listener(listener)
         .register_service(services)
-        .register_service(crate::sandboxer::service(service));
+        .register_service(sandbox);
     if let Err(e) = server.start().await {
         let _ = std::fs::remove_file(&path);
         return Err(EntryError::Server(e));

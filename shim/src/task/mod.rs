@@ -8,7 +8,6 @@ pub use error::TaskError;
 pub mod events;
 mod exec;
 pub mod exit_signal;
-mod idle;
 mod lifecycle;
 mod namespaces;
 pub(crate) mod options;
@@ -50,8 +49,6 @@ pub struct Service {
     /// The node's cgroups (with the pool), made on first use from the config
     /// in force; the error says why if unusable.
     cgroups: std::sync::Mutex<Option<Arc<rund_cgroup::Cgroups>>>,
-    /// Start and Delete activity, for the idle trim (`idle.rs`).
-    pub(crate) quiet: Arc<rund_sys::trim::Quiet>,
 }
 
 impl Service {
@@ -71,7 +68,6 @@ impl Service {
             sandbox: Default::default(),
             exit,
             debug,
-            quiet: Default::default(),
         }
     }
 
@@ -181,13 +177,11 @@ impl Task for TaskHandler {
 
     async fn start(&self, _ctx: &TtrpcContext, req: StartRequest) -> TtrpcResult<StartResponse> {
         let r = lifecycle::start(&self.0, &req.id, &req.exec_id).await;
-        idle::after_activity(&self.0);
         Ok(r?)
     }
 
     async fn delete(&self, _ctx: &TtrpcContext, req: DeleteRequest) -> TtrpcResult<DeleteResponse> {
         let r = lifecycle::delete(&self.0, &req.id, &req.exec_id).await;
-        idle::after_activity(&self.0);
         Ok(r?)
     }
 

@@ -11,6 +11,9 @@
 //! that was written (relocated data, `.data.rel.ro`) would be read back
 //! from the file by `MADV_DONTNEED`, losing the writes.
 
+mod idle;
+pub use idle::{activity, trims};
+
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -31,9 +34,9 @@ impl Quiet {
         self.0.load(Ordering::SeqCst) == ticket
     }
 
-    /// [`trim_self`] if nothing happened since `ticket`; `None` if something did.
-    pub fn trim_if_still(&self, ticket: u64) -> Option<io::Result<u64>> {
-        self.still(ticket).then(trim_self)
+    /// The latest activity's ticket (0: none yet).
+    pub fn current(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
     }
 }
 
@@ -132,8 +135,11 @@ pub fn trim_self() -> io::Result<u64> {
     // free chunks); live allocations are untouched.
     unsafe { libc::malloc_trim(0) };
     let smaps = std::fs::read_to_string("/proc/self/smaps")?;
+    let maps = trimmable(&smaps);
+    // Freed before the unmapping: less code runs after it.
+    drop(smaps);
     let mut kb = 0;
-    for m in trimmable(&smaps) {
+    for m in maps {
         let (addr, len) = (m.start as *mut libc::c_void, m.end - m.start);
         // Only page-table entries go: a later access faults the same file contents back.
         // SAFETY: a whole private, read-only, never-written file mapping of this process.

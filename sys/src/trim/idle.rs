@@ -1,0 +1,127 @@
+//! The process's idle trimmer: one thread, parked nearly all its life, that
+//! runs [`super::trim_self`] once activity has been quiet for a while.
+//!
+//! A thread of its own, not a task of the process's runtime: whatever code
+//! runs after the unmapping faults its pages back in (64 KiB at a time with
+//! the kernel's fault-around), and a parked thread goes straight back to a
+//! futex wait, where a runtime would return through its scheduler first.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+use super::Quiet;
+
+struct Trimmer {
+    quiet: Quiet,
+    /// The ticket of the last activity a trim followed.
+    trimmed: AtomicU64,
+    after_ms: AtomicU64,
+    trims: AtomicU64,
+    thread: Thread,
+}
+
+static TRIMMER: OnceLock<Option<Trimmer>> = OnceLock::new();
+
+/// Records activity: the process trims once none has followed for `after`
+/// (the latest caller's `after` counts). Zero turns the trim off.
+pub fn activity(after: Duration) {
+    let ms = after.as_millis().min(u64::MAX as u128) as u64;
+    if ms == 0 {
+        return;
+    }
+    let Some(t) = TRIMMER.get_or_init(start) else {
+        return;
+    };
+    t.after_ms.store(ms, Ordering::SeqCst);
+    t.quiet.activity();
+    t.thread.unpark();
+}
+
+/// Trims done so far by this process's trimmer.
+pub fn trims() -> u64 {
+    match TRIMMER.get() {
+        Some(Some(t)) => t.trims.load(Ordering::SeqCst),
+        _ => 0,
+    }
+}
+
+/// The trimmer thread; `None` (no trims) if it cannot be made.
+fn start() -> Option<Trimmer> {
+    // Its stack holds one smaps line parse at a time.
+    let handle = std::thread::Builder::new()
+        .name("idle-trim".into())
+        .stack_size(64 << 10)
+        .spawn(|| {
+            // Parked until the first activity has stored the trimmer.
+            let t = loop {
+                match TRIMMER.get() {
+                    Some(Some(t)) => break t,
+                    Some(None) => return,
+                    None => std::thread::park(),
+                }
+            };
+            run(t)
+        })
+        .ok()?;
+    Some(Trimmer {
+        quiet: Quiet::default(),
+        trimmed: AtomicU64::new(0),
+        after_ms: AtomicU64::new(0),
+        trims: AtomicU64::new(0),
+        thread: handle.thread().clone(),
+    })
+}
+
+fn run(t: &Trimmer) -> ! {
+    loop {
+        let ticket = t.quiet.current();
+        if ticket == t.trimmed.load(Ordering::SeqCst) {
+            std::thread::park();
+            continue;
+        }
+        let after = Duration::from_millis(t.after_ms.load(Ordering::SeqCst));
+        let deadline = Instant::now() + after;
+        // Unparks by later activity only end this wait early: sleep it out.
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            std::thread::park_timeout(left);
+        }
+        if t.quiet.still(ticket) {
+            let _ = super::trim_self();
+            t.trims.fetch_add(1, Ordering::SeqCst);
+            t.trimmed.store(ticket, Ordering::SeqCst);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trims_once_after_quiet_and_again_after_new_activity() {
+        let before = trims();
+        activity(Duration::from_millis(50));
+        // Activity keeps pushing the trim back.
+        for _ in 0..5 {
+            std::thread::sleep(Duration::from_millis(20));
+            activity(Duration::from_millis(50));
+        }
+        let trimmed_early = trims();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while trims() == trimmed_early && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(trims(), before + 1, "one trim after the quiet");
+        // Quiet stays quiet: no second trim without activity.
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(trims(), before + 1);
+        activity(Duration::from_millis(10));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while trims() == before + 1 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(trims(), before + 2);
+    }
+}
