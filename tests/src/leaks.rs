@@ -261,6 +261,19 @@ fn all_pids() -> Vec<u32> {
         .unwrap_or_default()
 }
 
+/// The shim processes of `ctd` (`containerd-shim*` in argv[0]).
+pub fn shim_processes(ctd: &Containerd) -> Vec<ProcInfo> {
+    owned_processes(&ctd.watch_prefixes(), &ctd.cgroup_roots(), ctd.pid())
+        .into_iter()
+        .filter(|p| {
+            p.cmdline
+                .split_whitespace()
+                .next()
+                .is_some_and(|a| a.contains("containerd-shim"))
+        })
+        .collect()
+}
+
 /// Processes attributable to the instance whose dirs are `prefixes` (see module docs).
 /// `containerd` itself is excluded but its descendants are included.
 pub fn owned_processes(

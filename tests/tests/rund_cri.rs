@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use rund_tests::cri::api::ContainerState;
-use rund_tests::leaks::owned_processes;
+use rund_tests::leaks::shim_processes;
 use rund_tests::{
     assert_no_leaks_within, runtime_under_test, ContainerSpec, Containerd, ContainerdOpts,
     LeakSnapshot, PodSpec, BUSYBOX_IMAGE, RUNC_RUNTIME,
@@ -21,14 +21,8 @@ fn handler() -> &'static str {
 
 /// Shim processes of this instance (the binary name is in argv[0]).
 fn shims(ctd: &Containerd) -> Vec<String> {
-    owned_processes(&ctd.watch_prefixes(), &ctd.cgroup_roots(), ctd.pid())
+    shim_processes(ctd)
         .into_iter()
-        .filter(|p| {
-            p.cmdline
-                .split_whitespace()
-                .next()
-                .is_some_and(|a| a.contains("containerd-shim"))
-        })
         .map(|p| format!("{} {}", p.pid, p.cmdline))
         .collect()
 }

@@ -11,19 +11,26 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rund_tests::{assert_no_leaks_within, Containerd, ContainerdOpts, LeakSnapshot, RunSpec};
+use rund_tests::leaks::shim_processes;
+use rund_tests::{
+    assert_no_leaks_within, ContainerSpec, Containerd, ContainerdOpts, LeakSnapshot, PodSpec,
+    RunSpec, BUSYBOX_IMAGE,
+};
 use sha2::{Digest, Sha256};
 
 const RUND: &str = "io.containerd.rund.v2";
 /// The node's linger (2 s) plus containerd's own cleanup.
 const GRACE: Duration = Duration::from_secs(20);
 
-fn start(test: &str) -> Option<Containerd> {
-    let opts = ContainerdOpts {
+fn per_node(opts: ContainerdOpts) -> ContainerdOpts {
+    ContainerdOpts {
         rund_config: Some("[shim]\nmode = \"per-node\"\n".into()),
-        ..ContainerdOpts::new()
-    };
-    Containerd::start_rund_or_skip(test, opts)
+        ..opts
+    }
+}
+
+fn start(test: &str) -> Option<Containerd> {
+    Containerd::start_rund_or_skip(test, per_node(ContainerdOpts::new()))
 }
 
 fn config_flags(ctd: &Containerd) -> Vec<String> {
@@ -220,4 +227,49 @@ fn a_pod_after_the_node_left_gets_a_new_node() {
     assert_ne!(first, second);
     remove(&ctd, "pb");
     assert_no_leaks_within(&ctd, &before, GRACE);
+}
+
+/// The Kubernetes path: pods made through CRI with the `rund` handler (whose runtime options
+/// name the per-node config) share the node's shim; removing one pod leaves the other served.
+#[test]
+fn cri_pods_share_the_node_shim() {
+    let Some(ctd) = Containerd::start_rund_or_skip(
+        "cri_pods_share_the_node_shim",
+        per_node(ContainerdOpts::new().cri()),
+    ) else {
+        return;
+    };
+    let cri = ctd.cri_client().expect("CRI client");
+    let before = LeakSnapshot::take(&ctd);
+    let mut pods = Vec::new();
+    for name in ["node-a", "node-b"] {
+        let pod = PodSpec::new(name, &ctd.cgroup_parent);
+        let pod_id = cri.run_pod_sandbox(&pod, "rund").expect("RunPodSandbox");
+        let work = ContainerSpec::new("work", BUSYBOX_IMAGE, &["sleep", "100000"]);
+        let c = cri
+            .create_and_start(&pod_id, &work, &pod)
+            .expect("container");
+        pods.push((pod_id, c));
+    }
+    let shims = shim_processes(&ctd);
+    assert_eq!(shims.len(), 1, "one shim serves both pods: {shims:#?}");
+    for (_, c) in &pods {
+        let r = cri.exec_sync(c, &["echo", "served"], 10).unwrap();
+        assert_eq!(
+            (r.exit_code, r.stdout.as_slice()),
+            (0, &b"served\n"[..]),
+            "{r:?}"
+        );
+    }
+    let (first, rest) = pods.split_first().unwrap();
+    cri.stop_pod_sandbox(&first.0).expect("StopPodSandbox");
+    cri.remove_pod_sandbox(&first.0).expect("RemovePodSandbox");
+    let r = cri.exec_sync(&rest[0].1, &["echo", "still"], 10).unwrap();
+    assert_eq!(r.stdout, b"still\n", "{r:?}");
+    assert_eq!(shim_processes(&ctd).len(), 1);
+    cri.stop_pod_sandbox(&rest[0].0).expect("StopPodSandbox");
+    cri.remove_pod_sandbox(&rest[0].0)
+        .expect("RemovePodSandbox");
+    assert_no_leaks_within(&ctd, &before, GRACE);
+    assert!(shim_processes(&ctd).is_empty(), "the node's shim left");
 }
