@@ -141,14 +141,8 @@ pub fn leases(state: &Path) -> Vec<String> {
 
 /// Pids of this instance's shims (`containerd-shim*` in argv[0]).
 pub fn shim_pids(ctd: &Containerd) -> Vec<u32> {
-    owned_processes(&ctd.watch_prefixes(), &ctd.cgroup_roots(), ctd.pid())
+    crate::leaks::shim_processes(ctd)
         .into_iter()
-        .filter(|p| {
-            p.cmdline
-                .split_whitespace()
-                .next()
-                .is_some_and(|a| a.contains("containerd-shim"))
-        })
         .map(|p| p.pid)
         .collect()
 }
