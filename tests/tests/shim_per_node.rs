@@ -6,11 +6,13 @@
 //! Skipped (with a message) until rund's binaries are built; `RUND_REQUIRE_BINS=1` makes that
 //! a failure.
 
+use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use nix::fcntl::{Flock, FlockArg};
 use rund_tests::leaks::shim_processes;
 use rund_tests::{
     assert_no_leaks_within, ContainerSpec, Containerd, ContainerdOpts, LeakSnapshot, PodSpec,
@@ -226,6 +228,55 @@ fn a_pod_after_the_node_left_gets_a_new_node() {
     let second = shim_of(task_pid(&ctd, "pb")).unwrap();
     assert_ne!(first, second);
     remove(&ctd, "pb");
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
+
+/// Holds the node lock as a `start` does while it hands a pod over.
+fn hold_node_lock(control: &Path) -> Flock<File> {
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(format!("{}.lock", control.display()))
+        .unwrap();
+    Flock::lock(f, FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .unwrap()
+}
+
+/// A node without pods leaves only if it gets the node lock at once: a `start` holding the
+/// lock waits for the node to accept its connection, so a node waiting for the lock would
+/// stall them both.
+#[test]
+fn a_held_node_lock_keeps_the_node_answering() {
+    let Some(ctd) = start("a_held_node_lock_keeps_the_node_answering") else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+    run_detached(&ctd, "pl", &rootfs);
+    let node = shim_of(task_pid(&ctd, "pl")).unwrap();
+    let control = control_socket(&ctd);
+    let lock = hold_node_lock(&control);
+    remove(&ctd, "pl");
+    // The node's linger (2 s) runs out while the lock is held.
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(alive(node), "the node left without the lock");
+    let mut s = UnixStream::connect(&control).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"junk\n").unwrap();
+    let mut reply = String::new();
+    BufReader::new(&s)
+        .read_line(&mut reply)
+        .expect("the node answers while the lock is held");
+    assert!(reply.starts_with("bad request"), "{reply:?}");
+    drop(lock);
+    let deadline = Instant::now() + GRACE;
+    while alive(node) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!alive(node), "the node left once the lock was free");
     assert_no_leaks_within(&ctd, &before, GRACE);
 }
 

@@ -98,7 +98,18 @@ pub struct NodeLock {
 }
 
 impl NodeLock {
+    /// Waits for the lock.
     pub fn take(control: &str) -> Result<NodeLock, EntryError> {
+        Self::lock(control, FlockArg::LockExclusive)?
+            .ok_or_else(|| EntryError::Node("node lock: a blocking lock would block".into()))
+    }
+
+    /// The lock if nobody holds it, else `None`.
+    pub fn try_take(control: &str) -> Result<Option<NodeLock>, EntryError> {
+        Self::lock(control, FlockArg::LockExclusiveNonblock)
+    }
+
+    fn lock(control: &str, how: FlockArg) -> Result<Option<NodeLock>, EntryError> {
         let path = PathBuf::from(format!("{control}.lock"));
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(node_err("lock dir"))?;
@@ -113,14 +124,17 @@ impl NodeLock {
                 .custom_flags(libc::O_CLOEXEC)
                 .open(&path)
                 .map_err(node_err("lock"))?;
-            let lock = Flock::lock(file, FlockArg::LockExclusive)
-                .map_err(|(_, e)| node_err("lock")(e.into()))?;
+            let lock = match Flock::lock(file, how) {
+                Ok(l) => l,
+                Err((_, nix::errno::Errno::EWOULDBLOCK)) => return Ok(None),
+                Err((_, e)) => return Err(node_err("lock")(e.into())),
+            };
             // A leaving node removes the file while it holds it: lock the
             // file that is there now, not the one it unlinked.
             let held = lock.metadata().map_err(node_err("lock"))?;
             match std::fs::metadata(&path) {
                 Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
-                    return Ok(NodeLock { _lock: lock, path });
+                    return Ok(Some(NodeLock { _lock: lock, path }));
                 }
                 _ => continue,
             }
@@ -155,6 +169,16 @@ mod tests {
             log_path(Path::new("/run/rund"), &a),
             PathBuf::from(format!("/run/rund/node-{}.log", &a[18..]))
         );
+    }
+
+    #[test]
+    fn try_take_does_not_wait_for_a_held_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let control = dir.path().join("ctl").display().to_string();
+        let held = NodeLock::take(&control).unwrap();
+        assert!(NodeLock::try_take(&control).unwrap().is_none());
+        drop(held);
+        assert!(NodeLock::try_take(&control).unwrap().is_some());
     }
 
     #[test]

@@ -116,7 +116,7 @@ async fn run(flags: Flags, control: &str, log: &Path) -> Result<(), EntryError> 
                 break;
             }
             _ = node.idle() => {
-                if leave(&node, control).await {
+                if leave(&node, control) {
                     break;
                 }
             }
@@ -159,10 +159,10 @@ fn bind(control: &str) -> Result<UnixListener, EntryError> {
 
 /// Leaves if still without pods once the node lock is held: no `start` is
 /// then between its connect and the answer, and a later one finds no socket.
-async fn leave(node: &Arc<Node>, control: &str) -> bool {
-    let path = control.to_string();
-    let Ok(Ok(lock)) = tokio::task::spawn_blocking(move || super::NodeLock::take(&path)).await
-    else {
+/// Never waits for the lock: a `start` holding it waits for this loop to
+/// accept its connection.
+fn leave(node: &Node, control: &str) -> bool {
+    let Ok(Some(lock)) = super::NodeLock::try_take(control) else {
         return false;
     };
     if !node.pods().is_empty() {
