@@ -119,6 +119,14 @@ fn alive(pid: u32) -> bool {
     ppid_and_comm(pid).is_some()
 }
 
+fn gone_within(pid: u32, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    !alive(pid)
+}
+
 #[test]
 fn pods_share_one_shim_and_it_leaves_after_the_last() {
     let Some(ctd) = start("pods_share_one_shim_and_it_leaves_after_the_last") else {
@@ -196,11 +204,10 @@ fn pods_share_one_shim_and_it_leaves_after_the_last() {
     for id in ["pn2", "pn3", "pn4"] {
         remove(&ctd, id);
     }
-    let deadline = Instant::now() + GRACE;
-    while alive(node) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(!alive(node), "the node's shim left with its last pod");
+    assert!(
+        gone_within(node, GRACE),
+        "the node's shim left with its last pod"
+    );
     assert!(!control.exists(), "its control socket went with it");
     assert!(
         !PathBuf::from(format!("{}.lock", control.display())).exists(),
@@ -219,11 +226,7 @@ fn a_pod_after_the_node_left_gets_a_new_node() {
     run_detached(&ctd, "pa", &rootfs);
     let first = shim_of(task_pid(&ctd, "pa")).unwrap();
     remove(&ctd, "pa");
-    let deadline = Instant::now() + GRACE;
-    while alive(first) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(!alive(first), "the first node left");
+    assert!(gone_within(first, GRACE), "the first node left");
     run_detached(&ctd, "pb", &rootfs);
     let second = shim_of(task_pid(&ctd, "pb")).unwrap();
     assert_ne!(first, second);
@@ -272,11 +275,10 @@ fn a_held_node_lock_keeps_the_node_answering() {
         .expect("the node answers while the lock is held");
     assert!(reply.starts_with("bad request"), "{reply:?}");
     drop(lock);
-    let deadline = Instant::now() + GRACE;
-    while alive(node) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(!alive(node), "the node left once the lock was free");
+    assert!(
+        gone_within(node, GRACE),
+        "the node left once the lock was free"
+    );
     assert_no_leaks_within(&ctd, &before, GRACE);
 }
 
