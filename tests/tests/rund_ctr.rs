@@ -59,6 +59,28 @@ fn run_with_output() {
     assert_no_leaks_within(&ctd, &before, GRACE);
 }
 
+/// `ctr run --rm` with the same id again at once: the new `start` must not find the last
+/// shim on its way out (its socket is unlinked first), or the run fails with `ttrpc: closed`.
+#[test]
+fn same_id_again_at_once() {
+    let Some(ctd) = start("same_id_again_at_once") else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+    for i in 0..20 {
+        let out = ctd
+            .run("again", &rootfs, &["echo", "again"], &rt())
+            .unwrap();
+        assert_eq!(
+            (out.code(), out.stdout.as_str()),
+            (0, "again\n"),
+            "run {i}: {out:?}"
+        );
+    }
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
+
 #[test]
 fn exit_codes() {
     let Some(ctd) = start("exit_codes") else {

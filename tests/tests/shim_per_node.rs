@@ -234,6 +234,28 @@ fn a_pod_after_the_node_left_gets_a_new_node() {
     assert_no_leaks_within(&ctd, &before, GRACE);
 }
 
+/// The same pod id again at once (`ctr run --rm` twice): the node serves the new pod on the
+/// same address while the last one's server is on its way out.
+#[test]
+fn the_same_id_again_at_once_gets_a_new_server() {
+    let Some(ctd) = start("the_same_id_again_at_once_gets_a_new_server") else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+    for i in 0..20 {
+        let out = ctd
+            .run_spec(&spec(&ctd, "pn-again", &rootfs, &["echo", "again"]))
+            .unwrap();
+        assert_eq!(
+            (out.code(), out.stdout.as_str()),
+            (0, "again\n"),
+            "run {i}: {out:?}"
+        );
+    }
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
+
 /// Holds the node lock as a `start` does while it hands a pod over.
 fn hold_node_lock(control: &Path) -> Flock<File> {
     let f = OpenOptions::new()

@@ -75,6 +75,7 @@ async fn serve(flags: Flags) -> Result<(), EntryError> {
         }
     });
     exit.wait().await;
+    pod.unlink();
     pod.close(&service).await;
     Ok(())
 }
@@ -140,7 +141,15 @@ pub(super) async fn open_pod(socket: &str, service: Arc<Service>) -> Result<PodS
 }
 
 impl PodServer {
-    /// After the pod's exit signal: its last events out, then the socket gone.
+    /// First thing after the pod's exit signal: a `start` for the same pod id
+    /// (`ctr run --rm` twice) must not find this server on its way out.
+    /// Unlinked, the path is free for a new server, and the connections
+    /// already made are still answered.
+    pub(super) fn unlink(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+
+    /// After [`PodServer::unlink`]: the last events out, then the server.
     pub(super) async fn close(mut self, service: &Service) {
         // Every event answered before the connection to containerd closes.
         service.events.flush(FLUSH_LIMIT).await;
@@ -149,7 +158,6 @@ impl PodServer {
         // fails RemovePodSandbox on a lost ShutdownSandbox reply.
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         let _ = self.server.shutdown().await;
-        let _ = std::fs::remove_file(&self.path);
     }
 }
 

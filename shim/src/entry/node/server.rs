@@ -32,14 +32,22 @@ const TEARDOWN_LIMIT: Duration = Duration::from_secs(60);
 
 struct Node {
     publisher: Option<Publisher>,
-    /// The pods served, by socket address.
-    pods: Mutex<HashMap<String, Arc<Service>>>,
-    /// Told when a pod leaves.
+    pods: Mutex<Pods>,
+    /// Told when a pod's server has closed.
     changed: Notify,
 }
 
+#[derive(Default)]
+struct Pods {
+    /// The pods served, by socket address; a pod leaves this map as soon as
+    /// its exit signal comes, so the same address can be served anew.
+    by_socket: HashMap<String, Arc<Service>>,
+    /// Pod servers not yet closed, those on their way out included.
+    servers: usize,
+}
+
 impl Node {
-    fn pods(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Service>>> {
+    fn pods(&self) -> std::sync::MutexGuard<'_, Pods> {
         self.pods.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -47,7 +55,7 @@ impl Node {
     async fn idle(&self) {
         loop {
             let changed = self.changed.notified();
-            if self.pods().is_empty() {
+            if self.pods().servers == 0 {
                 tokio::select! {
                     _ = tokio::time::sleep(LINGER) => return,
                     _ = changed => {}
@@ -94,7 +102,7 @@ async fn run(flags: Flags, control: &str, log: &Path) -> Result<(), EntryError> 
     serve::ignore_sigpipe();
     let node = Arc::new(Node {
         publisher: serve::connect_publisher().await?,
-        pods: Mutex::new(HashMap::new()),
+        pods: Mutex::new(Pods::default()),
         changed: Notify::new(),
     });
     let _ = std::fs::remove_file(control);
@@ -165,7 +173,7 @@ fn leave(node: &Node, control: &str) -> bool {
     let Ok(Some(lock)) = super::NodeLock::try_take(control) else {
         return false;
     };
-    if !node.pods().is_empty() {
+    if node.pods().servers > 0 {
         return false;
     }
     let _ = std::fs::remove_file(control);
@@ -205,7 +213,7 @@ async fn handle(node: Arc<Node>, stream: UnixStream) {
 
 /// Serves one more pod on its own socket until its exit signal.
 async fn admit(node: &Arc<Node>, req: PodRequest) -> Result<(), String> {
-    if node.pods().contains_key(&req.socket) {
+    if node.pods().by_socket.contains_key(&req.socket) {
         return Ok(());
     }
     let config =
@@ -218,18 +226,30 @@ async fn admit(node: &Arc<Node>, req: PodRequest) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let served = {
         let mut pods = node.pods();
-        pods.insert(req.socket.clone(), service.clone());
-        pods.len()
+        pods.by_socket.insert(req.socket.clone(), service.clone());
+        pods.servers += 1;
+        pods.servers
     };
     tracing::info!(socket = %pod.path, pods = served, "pod admitted");
     let node = node.clone();
     tokio::spawn(async move {
         exit.wait().await;
+        pod.unlink();
+        {
+            let mut pods = node.pods();
+            if pods
+                .by_socket
+                .get(&req.socket)
+                .is_some_and(|s| Arc::ptr_eq(s, &service))
+            {
+                pods.by_socket.remove(&req.socket);
+            }
+        }
         pod.close(&service).await;
         let left = {
             let mut pods = node.pods();
-            pods.remove(&req.socket);
-            pods.len()
+            pods.servers -= 1;
+            pods.servers
         };
         tracing::info!(socket = %req.socket, pods = left, "pod closed");
         node.changed.notify_waiters();
@@ -239,7 +259,7 @@ async fn admit(node: &Arc<Node>, req: PodRequest) -> Result<(), String> {
 
 /// SIGTERM: every pod torn down as a per-pod shim would on SIGTERM.
 async fn teardown(node: &Arc<Node>) {
-    let pods: Vec<Arc<Service>> = node.pods().values().cloned().collect();
+    let pods: Vec<Arc<Service>> = node.pods().by_socket.values().cloned().collect();
     for svc in pods {
         tokio::spawn(async move {
             crate::task::teardown_all(&svc).await;
@@ -249,7 +269,7 @@ async fn teardown(node: &Arc<Node>) {
     let _ = tokio::time::timeout(TEARDOWN_LIMIT, async {
         loop {
             let changed = node.changed.notified();
-            if node.pods().is_empty() {
+            if node.pods().servers == 0 {
                 return;
             }
             changed.await;
