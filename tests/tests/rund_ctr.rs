@@ -68,16 +68,13 @@ fn same_id_again_at_once() {
     };
     let rootfs = ctd.busybox_rootfs().unwrap();
     let before = LeakSnapshot::take(&ctd);
-    for i in 0..20 {
-        let out = ctd
-            .run("again", &rootfs, &["echo", "again"], &rt())
-            .unwrap();
-        assert_eq!(
-            (out.code(), out.stdout.as_str()),
-            (0, "again\n"),
-            "run {i}: {out:?}"
-        );
-    }
+    let spec = RunSpec {
+        id: "again".into(),
+        rootfs: Some(rootfs),
+        args: vec!["echo".into(), "again".into()],
+        ..RunSpec::new(&rt())
+    };
+    ctd.assert_runs_again(&spec, 20, "again\n");
     assert_no_leaks_within(&ctd, &before, GRACE);
 }
 

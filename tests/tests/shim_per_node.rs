@@ -243,16 +243,8 @@ fn the_same_id_again_at_once_gets_a_new_server() {
     };
     let rootfs = ctd.busybox_rootfs().unwrap();
     let before = LeakSnapshot::take(&ctd);
-    for i in 0..20 {
-        let out = ctd
-            .run_spec(&spec(&ctd, "pn-again", &rootfs, &["echo", "again"]))
-            .unwrap();
-        assert_eq!(
-            (out.code(), out.stdout.as_str()),
-            (0, "again\n"),
-            "run {i}: {out:?}"
-        );
-    }
+    let again = spec(&ctd, "pn-again", &rootfs, &["echo", "again"]);
+    ctd.assert_runs_again(&again, 20, "again\n");
     assert_no_leaks_within(&ctd, &before, GRACE);
 }
 

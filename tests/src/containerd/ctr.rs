@@ -187,6 +187,20 @@ impl Containerd {
         })
     }
 
+    /// Runs `spec` (a foreground `--rm` run) `times` times in a row under its one id;
+    /// panics unless every run exits 0 printing `stdout`.
+    pub fn assert_runs_again(&self, spec: &RunSpec, times: usize, stdout: &str) {
+        for i in 0..times {
+            let out = self.run_spec(spec).expect("ctr run");
+            assert_eq!(
+                (out.code(), out.stdout.as_str()),
+                (0, stdout),
+                "run {i} of {}: {out:?}",
+                spec.id
+            );
+        }
+    }
+
     /// Same as [`Containerd::run`] with `input` on stdin.
     pub fn run_stdin(
         &self,
