@@ -235,7 +235,9 @@ fn a_pod_after_the_node_left_gets_a_new_node() {
 }
 
 /// The same pod id again at once (`ctr run --rm` twice): the node serves the new pod on the
-/// same address while the last one's server is on its way out.
+/// same address while the last one's server is on its way out. Pods that come and go keep
+/// nothing in the node: no thread (a stdin FIFO whose writer never came once held one each,
+/// and at 64 the node stopped serving), no fd.
 #[test]
 fn the_same_id_again_at_once_gets_a_new_server() {
     let Some(ctd) = start("the_same_id_again_at_once_gets_a_new_server") else {
@@ -243,9 +245,29 @@ fn the_same_id_again_at_once_gets_a_new_server() {
     };
     let rootfs = ctd.busybox_rootfs().unwrap();
     let before = LeakSnapshot::take(&ctd);
+    run_detached(&ctd, "pn-keep", &rootfs);
+    let node = shim_of(task_pid(&ctd, "pn-keep")).unwrap();
     let again = spec(&ctd, "pn-again", &rootfs, &["echo", "again"]);
+    ctd.assert_runs_again(&again, 3, "again\n");
+    std::thread::sleep(Duration::from_secs(2));
+    let (threads, fds) = (count(node, "task"), count(node, "fd"));
     ctd.assert_runs_again(&again, 20, "again\n");
+    // The blocking pool's threads go after 0.5 s idle.
+    std::thread::sleep(Duration::from_secs(2));
+    let (threads_after, fds_after) = (count(node, "task"), count(node, "fd"));
+    assert!(
+        threads_after <= threads + 2 && fds_after <= fds + 2,
+        "20 pods later the node has {threads_after} threads (was {threads}), {fds_after} fds (was {fds})"
+    );
+    remove(&ctd, "pn-keep");
     assert_no_leaks_within(&ctd, &before, GRACE);
+}
+
+/// Entries in `/proc/<pid>/<dir>` (threads, fds).
+fn count(pid: u32, dir: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/{dir}"))
+        .map(|d| d.count())
+        .unwrap_or(0)
 }
 
 /// Holds the node lock as a `start` does while it hands a pod over.

@@ -151,19 +151,8 @@ fn spawn_output(
 fn spawn_input(master: Arc<OwnedFd>, stdin: String, close: Arc<Notify>) -> Result<(), IoError> {
     let path = super::strip_scheme("stdin", &stdin)?.to_string();
     let writer = dup_nonblocking(&master)?;
+    let mut reader = super::stdin::open_fifo(&path)?;
     tokio::spawn(async move {
-        let open_path = path.clone();
-        let open = tokio::task::spawn_blocking(move || std::fs::File::open(&open_path));
-        let file = tokio::select! {
-            r = open => match r { Ok(Ok(f)) => f, _ => return },
-            _ = close.notified() => {
-                super::stdin::unblock_open(&path);
-                return;
-            }
-        };
-        let Ok(mut reader) = tokio::net::unix::pipe::Receiver::from_file(file) else {
-            return;
-        };
         let Ok(writer) = super::async_fd(writer) else {
             return;
         };

@@ -23,25 +23,12 @@ impl StdinFeeder {
                 path: path.clone(),
                 source: e.into(),
             })?;
+        let mut reader = open_fifo(&path)?;
         let close = Arc::new(Notify::new());
         let closed = close.clone();
         tokio::spawn(async move {
             let writer = tokio::net::unix::pipe::Sender::from_owned_fd(write_end);
             let Ok(mut writer) = writer else { return };
-            // Opening a FIFO for reading waits for a writer; containerd opens
-            // its end right after Create, so this rendezvous is short.
-            let open_path = path.clone();
-            let open = tokio::task::spawn_blocking(move || std::fs::File::open(&open_path));
-            let file = tokio::select! {
-                r = open => match r { Ok(Ok(f)) => f, _ => return },
-                _ = closed.notified() => {
-                    unblock_open(&path);
-                    return;
-                }
-            };
-            let Ok(mut reader) = tokio::net::unix::pipe::Receiver::from_file(file) else {
-                return;
-            };
             let mut buf = vec![0u8; 32 * 1024];
             loop {
                 tokio::select! {
@@ -78,11 +65,45 @@ impl Drop for StdinFeeder {
     }
 }
 
-/// Wakes a blocked open-for-read of `path` by briefly opening the write side.
-pub(super) fn unblock_open(path: &str) {
-    use std::os::unix::fs::OpenOptionsExt;
-    let _ = std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path);
+/// Opens containerd's stdin FIFO for reading, at once: `O_NONBLOCK` makes
+/// the open return without a writer, and epoll reports nothing on a FIFO
+/// that never had one, so the copier waits for data, or for the writer's
+/// close (EOF). No thread ever waits in open(2): one that did stayed there
+/// for good once the client removed the FIFO without opening it (ctr with
+/// nothing on its stdin), and a per-node shim piled them up pod after pod.
+pub(super) fn open_fifo(path: &str) -> Result<tokio::net::unix::pipe::Receiver, IoError> {
+    tokio::net::unix::pipe::OpenOptions::new()
+        .open_receiver(path)
+        .map_err(|source| IoError::Open {
+            what: "stdin",
+            path: path.to_string(),
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::time::Duration;
+
+    use tokio::io::AsyncReadExt;
+
+    #[tokio::test]
+    async fn the_fifo_opens_at_once_and_waits_for_its_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("stdin");
+        nix::unistd::mkfifo(&p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let mut rx = super::open_fifo(p.to_str().unwrap()).unwrap();
+        let mut buf = [0u8; 16];
+        // No writer yet: neither data nor EOF.
+        let early = tokio::time::timeout(Duration::from_millis(300), rx.read(&mut buf)).await;
+        assert!(early.is_err(), "read returned {early:?} before any writer");
+        let mut w = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        w.write_all(b"hi").unwrap();
+        drop(w);
+        let mut got = Vec::new();
+        rx.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"hi");
+        assert!(super::open_fifo("/nonexistent/stdin").is_err());
+    }
 }
