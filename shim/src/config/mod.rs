@@ -57,7 +57,7 @@ pub struct RundConfig {
     pub shim: ShimConfig,
 }
 
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum ShimMode {
     /// One shim process per pod, as runc-v2 (the default).

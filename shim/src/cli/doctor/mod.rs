@@ -9,7 +9,7 @@ use std::io::Write;
 use serde::Serialize;
 
 use crate::cli::error::CliError;
-use crate::config::RundConfig;
+use crate::config::{RundConfig, ShimMode};
 use memlock::{memlock_verdict, MemlockPolicy, MemlockVerdict};
 use probe::{CgroupFacts, DeviceFacts, MemlockFacts, UsernsFacts};
 
@@ -24,6 +24,8 @@ pub struct Report {
     pub devices: DeviceFacts,
     /// `[policy]` in force: the privileged requests pods may make.
     pub policy: crate::config::PolicyConfig,
+    /// `[shim] mode`: a shim process per pod, or one per node.
+    pub shim: ShimMode,
 }
 
 /// Gathers the report; `pid` 0 inspects this process (pass containerd's pid
@@ -41,7 +43,19 @@ pub fn collect(cfg: &RundConfig, pid: i32) -> Result<Report, CliError> {
         userns: probe::userns(cfg),
         devices: probe::devices(cfg),
         policy: cfg.policy.clone(),
+        shim: cfg.shim.mode,
     })
+}
+
+/// What `[shim] mode` means for the node's pods.
+fn shim_line(mode: ShimMode) -> &'static str {
+    match mode {
+        ShimMode::PerPod => "per-pod: one shim process per pod",
+        ShimMode::PerNode => {
+            "per-node: one shim process serves every pod of a containerd namespace \
+             (a crash of it ends them all)"
+        }
+    }
 }
 
 fn yes_no(b: bool) -> &'static str {
@@ -88,6 +102,7 @@ pub fn render(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
     for line in &c.pool_effect {
         writeln!(out, "  pool                {line}")?;
     }
+    writeln!(out, "shim:                 {}", shim_line(r.shim))?;
     let u = &r.userns;
     let max = u
         .max_user_namespaces
@@ -124,4 +139,21 @@ pub fn render(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(out, "RDMA:                 {}", d.rdma_devices.join(", "))?;
     }
     policy::render(&r.policy, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shim_mode_is_named_with_what_it_means() {
+        assert!(shim_line(ShimMode::PerPod).starts_with("per-pod:"));
+        let node = shim_line(ShimMode::PerNode);
+        assert!(
+            node.starts_with("per-node:") && node.contains("crash"),
+            "{node}"
+        );
+        let json = serde_json::to_string(&ShimMode::PerNode).unwrap();
+        assert_eq!(json, "\"per-node\"");
+    }
 }
