@@ -270,6 +270,34 @@ fn count(pid: u32, dir: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// The node's control socket is root's alone: another host user cannot even open it (a pod
+/// never sees the host's /run). A shell's `>` open tells "Permission denied" from the
+/// "No such device or address" that root gets on any socket.
+#[test]
+fn another_host_user_cannot_reach_the_control_socket() {
+    use std::os::unix::process::CommandExt;
+    let Some(ctd) = start("another_host_user_cannot_reach_the_control_socket") else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    run_detached(&ctd, "pu", &rootfs);
+    let control = control_socket(&ctd);
+    let script = format!("echo x > {}", control.display());
+    let open_as = |uid: Option<u32>| {
+        let mut c = std::process::Command::new("/bin/sh");
+        c.args(["-c", &script]);
+        if let Some(id) = uid {
+            c.uid(id).gid(id);
+        }
+        String::from_utf8_lossy(&c.output().unwrap().stderr).into_owned()
+    };
+    let root = open_as(None);
+    assert!(root.contains("No such device or address"), "root: {root}");
+    let nobody = open_as(Some(65534));
+    assert!(nobody.contains("Permission denied"), "nobody: {nobody}");
+    remove(&ctd, "pu");
+}
+
 /// Holds the node lock as a `start` does while it hands a pod over.
 fn hold_node_lock(control: &Path) -> Flock<File> {
     let f = OpenOptions::new()
