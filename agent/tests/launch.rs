@@ -75,43 +75,63 @@ impl Sandbox {
         exec_id: &str,
         spec_json: Vec<u8>,
     ) -> (Result<u32, String>, std::fs::File) {
-        let (r, w) = nix::unistd::pipe().unwrap();
-        let mut kinds = vec![FdKind::Stdout, FdKind::Stderr];
-        let mut fds: Vec<OwnedFd> = vec![w.try_clone().unwrap(), w];
         if exec_id.is_empty() {
-            kinds.push(FdKind::Rootfs);
-            fds.push(open_tree(self.root.path()));
+            return self
+                .create_with(id, spec_json, ContainerOptions::default())
+                .await;
         }
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let kinds = vec![FdKind::Stdout, FdKind::Stderr];
+        let fds: Vec<OwnedFd> = vec![w.try_clone().unwrap(), w];
+        let seq = self.send(kinds, fds);
+        let req = ExecProcessRequest {
+            container_id: id.into(),
+            exec_id: exec_id.into(),
+            fd_seq: seq,
+            oci_process: spec_json,
+            ..Default::default()
+        };
+        let res = self
+            .client
+            .exec_process(ttrpc::context::with_timeout(0), &req)
+            .await
+            .map(|r| r.pid);
+        (res.map_err(|e| format!("{e:?}")), std::fs::File::from(r))
+    }
+
+    /// Sends one fd batch; returns its number.
+    fn send(&self, kinds: Vec<FdKind>, fds: Vec<OwnedFd>) -> u64 {
         let seq = self.seq.get() + 1;
         self.seq.set(seq);
         let hdr = FdHeader { seq, fds: kinds };
         let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
         fdpass::send(self.fdpass.as_fd(), &hdr, &borrowed).unwrap();
-        drop(fds);
-        let res = if exec_id.is_empty() {
-            let req = CreateContainerRequest {
-                container_id: id.into(),
-                fd_seq: seq,
-                oci_spec: spec_json,
-                ..Default::default()
-            };
-            self.client
-                .create_container(ttrpc::context::with_timeout(0), &req)
-                .await
-                .map(|r| r.pid)
-        } else {
-            let req = ExecProcessRequest {
-                container_id: id.into(),
-                exec_id: exec_id.into(),
-                fd_seq: seq,
-                oci_process: spec_json,
-                ..Default::default()
-            };
-            self.client
-                .exec_process(ttrpc::context::with_timeout(0), &req)
-                .await
-                .map(|r| r.pid)
+        seq
+    }
+
+    /// CreateContainer with `options` (stdout, stderr and the rootfs).
+    async fn create_with(
+        &self,
+        id: &str,
+        spec_json: Vec<u8>,
+        options: ContainerOptions,
+    ) -> (Result<u32, String>, std::fs::File) {
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let kinds = vec![FdKind::Stdout, FdKind::Stderr, FdKind::Rootfs];
+        let fds: Vec<OwnedFd> = vec![w.try_clone().unwrap(), w, open_tree(self.root.path())];
+        let seq = self.send(kinds, fds);
+        let req = CreateContainerRequest {
+            container_id: id.into(),
+            fd_seq: seq,
+            oci_spec: spec_json,
+            options: Some(options).into(),
+            ..Default::default()
         };
+        let res = self
+            .client
+            .create_container(ttrpc::context::with_timeout(0), &req)
+            .await
+            .map(|r| r.pid);
         (res.map_err(|e| format!("{e:?}")), std::fs::File::from(r))
     }
 
@@ -147,21 +167,14 @@ fn read_all(mut f: std::fs::File) -> String {
     s
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn launch_and_run_containers() {
-    if !nix::unistd::geteuid().is_root() {
-        rund_skip::skip!("needs root");
-    }
-    if !Path::new(BUSYBOX).exists() {
-        rund_skip::skip!("{BUSYBOX} missing (apt-get install busybox-static)");
-    }
+/// Runs `rund-agent launch` with `cfg` as the shim does. Returns the
+/// connected sandbox and its agent's pid, or the launcher's error.
+fn launch_agent(cfg: &LaunchConfig) -> Result<(Sandbox, AgentGuard), String> {
     // The agent is reparented to us when the launcher exits, so we can reap it.
     // SAFETY: prctl with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-    let dir = tempfile::tempdir().unwrap();
     let root = tempfile::tempdir().unwrap();
     busybox_rootfs(root.path());
-    let _ = &dir;
     let (conn_shim, conn_agent) = std::os::unix::net::UnixStream::pair().unwrap();
     let (fd_shim, fd_agent) = socketpair(
         AddressFamily::Unix,
@@ -212,20 +225,16 @@ async fn launch_and_run_containers() {
         fds: vec![],
     };
     fdpass::send(sync_shim.as_fd(), &hdr, &[]).unwrap();
-    let cfg = LaunchConfig {
-        sandbox_id: "itest".into(),
-        new_net: true,
-        new_ipc: true,
-        new_uts: true,
-        debug: true,
-        ..Default::default()
-    };
-    launch::send_json(sync_shim.as_fd(), &cfg).unwrap();
+    launch::send_json(sync_shim.as_fd(), cfg).unwrap();
     let agent_pid = match launch::recv_json::<SyncMsg>(sync_shim.as_fd()).unwrap() {
         SyncMsg::AgentPid { pid } => pid,
+        SyncMsg::Error { message } => {
+            assert!(!launcher.wait().unwrap().success());
+            return Err(message);
+        }
         other => panic!("expected AgentPid, got {other:?}"),
     };
-    let mut guard = AgentGuard(agent_pid);
+    let guard = AgentGuard(agent_pid);
     assert!(launcher.wait().unwrap().success());
     assert_eq!(
         launch::recv_json::<SyncMsg>(sync_shim.as_fd()).unwrap(),
@@ -235,7 +244,6 @@ async fn launch_and_run_containers() {
         launch::recv_json::<SyncMsg>(sync_shim.as_fd()),
         Err(launch::SyncError::Closed)
     ));
-
     let client = rund_proto::conn::client(conn_shim.into()).unwrap();
     let sb = Sandbox {
         client: AgentClient::new(client),
@@ -243,6 +251,44 @@ async fn launch_and_run_containers() {
         root,
         seq: Default::default(),
     };
+    Ok((sb, guard))
+}
+
+fn can_run() -> bool {
+    if !nix::unistd::geteuid().is_root() {
+        rund_skip::skip!("needs root");
+    }
+    if !Path::new(BUSYBOX).exists() {
+        rund_skip::skip!("{BUSYBOX} missing (apt-get install busybox-static)");
+    }
+    true
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn launch_and_run_containers() {
+    if !can_run() {
+        return;
+    }
+    let cfg = LaunchConfig {
+        sandbox_id: "itest".into(),
+        new_net: true,
+        new_ipc: true,
+        new_uts: true,
+        debug: true,
+        ..Default::default()
+    };
+    let (sb, mut guard) = launch_agent(&cfg).unwrap();
+    let agent_pid = guard.0;
+    // An agent launched for its pod has nothing to claim.
+    let e = sb
+        .client
+        .claim_sandbox(
+            ttrpc::context::with_timeout(0),
+            &ClaimSandboxRequest::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(format!("{e:?}").contains("nothing to claim"), "{e:?}");
     let ping = |v: u32| PingRequest {
         protocol_version: v,
         ..Default::default()
@@ -374,4 +420,82 @@ async fn launch_and_run_containers() {
         nix::sys::wait::WaitStatus::Exited(Pid::from_raw(agent_pid), 0)
     );
     guard.0 = 0;
+}
+
+/// A warm agent is launched with nothing of a pod, claimed once (a new
+/// network namespace, the pod's hostname and sysctls), and serves the pod's
+/// containers in those namespaces. A warm launch that carries a pod's part
+/// is refused; so is a second claim.
+#[tokio::test(flavor = "current_thread")]
+async fn a_warm_agent_is_claimed_once() {
+    if !can_run() {
+        return;
+    }
+    let warm = LaunchConfig {
+        sandbox_id: "warm".into(),
+        new_ipc: true,
+        new_uts: true,
+        warm: true,
+        ..Default::default()
+    };
+    let e = launch_agent(&LaunchConfig {
+        new_net: true,
+        ..warm.clone()
+    })
+    .err()
+    .expect("a warm launch with a network namespace is refused");
+    assert!(e.contains("a warm agent gets its pod's namespaces"), "{e}");
+
+    let (sb, _guard) = launch_agent(&warm).unwrap();
+    let ctx = || ttrpc::context::with_timeout(0);
+    let claim = ClaimSandboxRequest {
+        sandbox_id: "pod-1".into(),
+        new_net: true,
+        hostname: "claimed-pod".into(),
+        sysctls: vec![Sysctl {
+            key: "kernel.shm_rmid_forced".into(),
+            value: "1".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    sb.client.claim_sandbox(ctx(), &claim).await.unwrap();
+    let e = sb.client.claim_sandbox(ctx(), &claim).await.unwrap_err();
+    assert!(format!("{e:?}").contains("already claimed"), "{e:?}");
+
+    // A container in the sandbox's net, uts and ipc namespaces sees the claim.
+    let mut plan = NamespacePlan::default();
+    for kind in ["net", "uts", "ipc"] {
+        plan.set(kind, NsSource::NS_SANDBOX);
+    }
+    let mut spec_v: serde_json::Value = serde_json::from_slice(&spec(&[
+        "sh",
+        "-c",
+        "echo $(cat /proc/sys/kernel/hostname) $(cat /proc/sys/kernel/shm_rmid_forced); cat /proc/net/dev",
+    ]))
+    .unwrap();
+    spec_v.as_object_mut().unwrap().remove("hostname");
+    let (pid, out) = sb
+        .create_with(
+            "c1",
+            serde_json::to_vec(&spec_v).unwrap(),
+            ContainerOptions {
+                namespaces: Some(plan).into(),
+                ..Default::default()
+            },
+        )
+        .await;
+    pid.unwrap();
+    sb.start("c1", "").await;
+    assert_eq!(sb.wait("c1", "").await, 0);
+    let out = read_all(out);
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("claimed-pod 1"), "{out}");
+    // A new network namespace has only its loopback device.
+    let devices: Vec<&str> = lines
+        .skip(2)
+        .filter_map(|l| l.split(':').next())
+        .map(str::trim)
+        .collect();
+    assert_eq!(devices, ["lo"], "{out}");
 }

@@ -143,6 +143,20 @@ pub struct CriStudy {
     pub warmup: BTreeMap<String, SampleSet>,
     /// Pods whose StopPodSandbox/RemovePodSandbox failed (never timed).
     pub teardown_failures: usize,
+    /// rund handlers: the shim's own time per pod.
+    pub own: BTreeMap<String, OwnTime>,
+}
+
+/// The shim's Create of a pod's sandbox (its `[trace] phases_file` record).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct OwnTime {
+    pub create: SampleSet,
+    /// Phase name -> its times over the samples (ms).
+    pub phases: BTreeMap<String, Vec<f64>>,
+    /// Pods whose sandbox was a claimed warm agent.
+    pub warm_claims: usize,
+    /// Pods without a record.
+    pub missing: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]

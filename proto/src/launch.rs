@@ -47,6 +47,10 @@ pub struct LaunchConfig {
     /// started or deleted (`rund_sys::trim`); 0: never.
     #[serde(default)]
     pub trim_after_ms: u64,
+    /// A warm agent: launched before any pod, claimed later by one
+    /// (`ClaimSandbox`), which then joins or makes its network namespace.
+    #[serde(default)]
+    pub warm: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

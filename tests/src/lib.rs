@@ -19,6 +19,7 @@ pub mod image;
 pub mod inside;
 pub mod leaks;
 pub mod ocispec;
+pub mod pernode;
 pub mod rootfs;
 pub mod shim;
 

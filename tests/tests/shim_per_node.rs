@@ -10,122 +10,15 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::fcntl::{Flock, FlockArg};
 use rund_tests::leaks::shim_processes;
+use rund_tests::pernode::*;
 use rund_tests::{
     assert_no_leaks_within, ContainerSpec, Containerd, ContainerdOpts, LeakSnapshot, PodSpec,
-    RunSpec, BUSYBOX_IMAGE,
+    BUSYBOX_IMAGE,
 };
-use sha2::{Digest, Sha256};
-
-const RUND: &str = "io.containerd.rund.v2";
-/// The node's linger (2 s) plus containerd's own cleanup.
-const GRACE: Duration = Duration::from_secs(20);
-
-fn per_node(opts: ContainerdOpts) -> ContainerdOpts {
-    ContainerdOpts {
-        rund_config: Some("[shim]\nmode = \"per-node\"\n".into()),
-        ..opts
-    }
-}
-
-fn start(test: &str) -> Option<Containerd> {
-    Containerd::start_rund_or_skip(test, per_node(ContainerdOpts::new()))
-}
-
-fn config_flags(ctd: &Containerd) -> Vec<String> {
-    let cfg = ctd.opts.rund_config_path.as_ref().expect("a rund config");
-    vec!["--runtime-config-path".into(), cfg.display().to_string()]
-}
-
-fn spec(ctd: &Containerd, id: &str, rootfs: &Path, args: &[&str]) -> RunSpec {
-    RunSpec {
-        id: id.into(),
-        rootfs: Some(rootfs.into()),
-        args: args.iter().map(|a| a.to_string()).collect(),
-        flags: config_flags(ctd),
-        ..RunSpec::new(RUND)
-    }
-}
-
-fn run_detached(ctd: &Containerd, id: &str, rootfs: &Path) {
-    let out = ctd
-        .run_spec(&RunSpec {
-            detach: true,
-            ..spec(ctd, id, rootfs, &["sleep", "100000"])
-        })
-        .unwrap();
-    assert!(out.success(), "{id}: {out:?}");
-}
-
-fn ppid_and_comm(pid: u32) -> Option<(u32, String)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (head, rest) = stat.rsplit_once(')')?;
-    let comm = head.split_once('(')?.1.to_string();
-    let ppid = rest.split_whitespace().nth(1)?.parse().ok()?;
-    Some((ppid, comm))
-}
-
-/// The nearest `containerd-shim*` ancestor of `pid`.
-fn shim_of(pid: u32) -> Option<u32> {
-    let mut p = pid;
-    for _ in 0..16 {
-        let (ppid, comm) = ppid_and_comm(p)?;
-        if comm.starts_with("containerd-shim") {
-            return Some(p);
-        }
-        p = ppid;
-    }
-    None
-}
-
-fn task_pid(ctd: &Containerd, id: &str) -> u32 {
-    let out = ctd.ctr(&["task", "ls"]).unwrap();
-    out.stdout
-        .lines()
-        .find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.first() == Some(&id) && f.get(2) == Some(&"RUNNING")).then(|| f[1].parse().ok())?
-        })
-        .unwrap_or_else(|| panic!("{id} is not RUNNING: {}", out.stdout))
-}
-
-fn remove(ctd: &Containerd, id: &str) {
-    let _ = ctd.ctr(&["task", "kill", "-s", "KILL", id]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        let out = ctd.ctr(&["task", "rm", id]).unwrap();
-        if out.success() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(ctd.ctr(&["container", "rm", id]).unwrap().success(), "{id}");
-}
-
-/// The node's control socket: containerd's socket hash of `<address>/<ns>/rund node`.
-fn control_socket(ctd: &Containerd) -> PathBuf {
-    let key = format!("{}/{}/rund node", ctd.address().display(), ctd.namespace);
-    let hex: String = Sha256::digest(key.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    PathBuf::from(format!("/run/containerd/s/{hex}"))
-}
-
-fn alive(pid: u32) -> bool {
-    ppid_and_comm(pid).is_some()
-}
-
-fn gone_within(pid: u32, limit: Duration) -> bool {
-    let deadline = Instant::now() + limit;
-    while alive(pid) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    !alive(pid)
-}
 
 #[test]
 fn pods_share_one_shim_and_it_leaves_after_the_last() {

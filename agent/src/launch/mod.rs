@@ -54,6 +54,18 @@ pub fn run() -> ! {
     }
 }
 
+/// What a warm agent is launched with: new pid, ipc and uts namespaces and
+/// nothing of any pod.
+fn warm_template(cfg: &LaunchConfig) -> bool {
+    !cfg.userns
+        && !cfg.host_pid
+        && !cfg.new_net
+        && cfg.new_ipc
+        && cfg.new_uts
+        && cfg.hostname.is_none()
+        && cfg.sysctls.is_empty()
+}
+
 fn launch(sync: BorrowedFd<'_>) -> Result<(), LaunchError> {
     // Only fds 0-5 are ours: a stray inherited copy of a handshake socket
     // would keep the shim from seeing it closed.
@@ -68,6 +80,11 @@ fn launch(sync: BorrowedFd<'_>) -> Result<(), LaunchError> {
     let cfg: LaunchConfig =
         launch::recv_json(sync).map_err(|e| LaunchError::Proto(e.to_string()))?;
     crate::log::set_debug(cfg.debug);
+    if cfg.warm && !warm_template(&cfg) {
+        return Err(LaunchError::Bad(
+            "a warm agent gets its pod's namespaces, hostname and sysctls at its claim, and no user namespace".into(),
+        ));
+    }
     let mut ns: HashMap<String, OwnedFd> = HashMap::new();
     for (k, fd) in hdr.fds.into_iter().zip(fds) {
         match k {
@@ -82,6 +99,11 @@ fn launch(sync: BorrowedFd<'_>) -> Result<(), LaunchError> {
             let f = flag(n).unwrap_or(CloneFlags::empty());
             setns(fd.as_fd(), f).map_err(sys(format!("setns {n}")))?;
         }
+    }
+    if cfg.warm && !ns.is_empty() {
+        return Err(LaunchError::Bad(
+            "a warm agent joins no namespace at launch".into(),
+        ));
     }
     let joined: Vec<String> = ns.keys().cloned().collect();
     drop(ns);

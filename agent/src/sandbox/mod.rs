@@ -88,6 +88,12 @@ async fn serve(cfg: &LaunchConfig, sync: &OwnedFd, init_bin: InitBinary) -> Resu
         pod_pid: Default::default(),
         host_pid: cfg.host_pid,
         idle: crate::server::idle::IdleTrim::new(cfg.trim_after_ms),
+        sandbox_id: std::sync::Mutex::new(cfg.sandbox_id.clone()),
+        warmth: std::sync::Mutex::new(if cfg.warm {
+            crate::server::claim::Warmth::Waiting
+        } else {
+            crate::server::claim::Warmth::Cold
+        }),
     });
     // SAFETY: fd 3 is our end of the shim's socketpair; nothing else owns it.
     let conn = unsafe { OwnedFd::from_raw_fd(launch::CONN_FD) };
@@ -111,11 +117,11 @@ async fn serve(cfg: &LaunchConfig, sync: &OwnedFd, init_bin: InitBinary) -> Resu
     tokio::select! {
         _ = destroyed.notified() => {
             let _ = server.shutdown().await;
-            crate::info!("sandbox {} destroyed", cfg.sandbox_id);
+            crate::info!("sandbox {} destroyed", service.sandbox_id());
         }
         _ = shim_gone.notified() => {
             // Nobody may drive this sandbox any more: end it.
-            crate::warn!("sandbox {}: the shim is gone; killing every container", cfg.sandbox_id);
+            crate::warn!("sandbox {}: the shim is gone; killing every container", service.sandbox_id());
             crate::server::destroy_now(&service).await;
         }
     }

@@ -1,6 +1,7 @@
 //! The ttrpc Agent service.
 
 pub mod channel;
+pub mod claim;
 mod create;
 mod destroy;
 pub mod idle;
@@ -34,6 +35,10 @@ pub struct AgentService {
     pub host_pid: bool,
     /// Unmaps the start-up pages once no process starts or goes for a while.
     pub idle: idle::IdleTrim,
+    /// A warm agent waits for one ClaimSandbox.
+    pub warmth: Mutex<claim::Warmth>,
+    /// The sandbox's id, for the log ("warm" until claimed).
+    pub sandbox_id: Mutex<String>,
 }
 
 /// Kills every container at once (the shim is gone).
@@ -57,6 +62,13 @@ pub fn not_found(id: &str, exec_id: &str) -> ttrpc::Error {
 }
 
 impl AgentService {
+    pub fn sandbox_id(&self) -> String {
+        self.sandbox_id
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     pub fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -80,6 +92,15 @@ impl Agent for AgentService {
             protocol_version: PROTOCOL_VERSION,
             ..Default::default()
         })
+    }
+
+    async fn claim_sandbox(
+        &self,
+        _ctx: &TtrpcContext,
+        req: ClaimSandboxRequest,
+    ) -> ttrpc::Result<Empty> {
+        claim::sandbox(self, req).await?;
+        Ok(Empty::default())
     }
 
     async fn create_container(

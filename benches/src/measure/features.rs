@@ -23,15 +23,28 @@ pub struct Switch {
     pub concurrent: bool,
 }
 
-pub const SWITCHES: &[Switch] = &[Switch {
-    feature: "userns",
-    variants: ["on", "off"],
-    defaults: [
-        "[userns]\nmode = \"always\"\n",
-        "[userns]\nmode = \"requested\"\n",
-    ],
-    concurrent: false,
-}];
+pub const SWITCHES: &[Switch] = &[
+    Switch {
+        feature: "userns",
+        variants: ["on", "off"],
+        defaults: [
+            "[userns]\nmode = \"always\"\n",
+            "[userns]\nmode = \"requested\"\n",
+        ],
+        concurrent: false,
+    },
+    // `{state}` becomes a state dir of the variant's own, where the node's
+    // log shows the probe that the mode is in force.
+    Switch {
+        feature: "shim",
+        variants: ["per-node+warm", "per-pod"],
+        defaults: [
+            "state_dir = {state}\n[shim]\nmode = \"per-node\"\n[sandbox]\nwarm = 4\n",
+            "state_dir = {state}\n[shim]\nmode = \"per-pod\"\n",
+        ],
+        concurrent: true,
+    },
+];
 
 pub struct Options<'a> {
     pub iterations: usize,
@@ -154,7 +167,8 @@ fn config_paths(
             Some(p) => p.clone(),
             None => {
                 let p = dir.join(format!("{key}.toml"));
-                std::fs::write(&p, sw.defaults[i])?;
+                let state = dir.join(format!("state-{key}")).display().to_string();
+                std::fs::write(&p, sw.defaults[i].replace("{state}", &format!("{state:?}")))?;
                 p
             }
         };
@@ -190,6 +204,57 @@ fn probe(sw: &Switch, env: &BenchEnv, rts: &[Runtime; 2]) -> Result<String, Stri
             }
             Ok(format!("uid_map on: {on:?}, off: {off:?}"))
         }
+        "shim" => {
+            for (i, rt) in rts.iter().enumerate() {
+                let id = format!("rund-probe-shim-{i}");
+                env.ctr
+                    .run_rm(rt, &env.rootfs, &id, &["/bin/true"])
+                    .map_err(|e| {
+                        let _ = env.ctr.remove_everything(&id);
+                        format!(
+                            "probe with {} failed: {}",
+                            sw.variants[i],
+                            crate::ctr::short_error(&e, &id)
+                        )
+                    })?;
+            }
+            let admitted = |i: usize| node_admitted(rts[i].config_path.as_deref());
+            match (admitted(0), admitted(1)) {
+                (true, false) => Ok("a node's shim admitted the per-node probe".into()),
+                (a, b) => Err(format!(
+                    "the shim ignores the mode (a node admitted per-node: {a}, per-pod: {b})"
+                )),
+            }
+        }
         other => Err(format!("no probe for {other}")),
     }
+}
+
+/// Whether a node's shim admitted a pod under the config at `config`: its
+/// log (`<state_dir>/node-*.log`) says so.
+fn node_admitted(config: Option<&Path>) -> bool {
+    // The top-level `state_dir = "..."` line (a TOML basic string is JSON's).
+    let state = config
+        .and_then(|c| std::fs::read_to_string(c).ok())
+        .and_then(|t| {
+            t.lines()
+                .take_while(|l| !l.trim_start().starts_with('['))
+                .find_map(|l| {
+                    l.trim()
+                        .strip_prefix("state_dir")?
+                        .trim()
+                        .strip_prefix('=')
+                        .map(str::trim)
+                        .map(String::from)
+                })
+        })
+        .and_then(|v| serde_json::from_str::<String>(&v).ok())
+        .map(PathBuf::from);
+    let Some(state) = state else { return false };
+    std::fs::read_dir(state)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("node-"))
+        .any(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains("pod admitted")))
 }

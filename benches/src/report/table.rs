@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::results::{ConcurrentRun, CriStudy, FeatureResult, Results, TableRow};
+use crate::runtime::RuntimeKind;
 use crate::stats::{ratio, Summary};
 
 fn fmt_val(v: Option<f64>, unit: &str) -> String {
@@ -61,15 +62,40 @@ fn median(s: &crate::results::SampleSet) -> Option<f64> {
     s.summary.as_ref().map(|s: &Summary| s.median)
 }
 
-pub fn render_features(features: &[FeatureResult]) -> String {
-    let mut s =
-        String::from("| rund switch | figure | A | B | A/B | note |\n|---|---|--:|--:|--:|---|\n");
+/// runc-v2's figures from the main comparison of the same run: the single
+/// start median (ms) and the all-running wall (s) by N.
+pub struct RuncRef {
+    pub single_ms: Option<f64>,
+    pub wall_s: std::collections::BTreeMap<usize, f64>,
+}
+
+impl RuncRef {
+    pub fn of(results: &Results) -> RuncRef {
+        let single_ms = results
+            .single_start
+            .get(RuntimeKind::Runc.label())
+            .and_then(|s| s.summary.as_ref())
+            .map(|x| x.median);
+        let mut wall_s = std::collections::BTreeMap::new();
+        for r in &results.concurrent {
+            if r.runtime == RuntimeKind::Runc && r.variant.is_none() && r.failures == 0 {
+                wall_s.entry(r.n).or_insert(r.wall_ms / 1e3);
+            }
+        }
+        RuncRef { single_ms, wall_s }
+    }
+}
+
+pub fn render_features(features: &[FeatureResult], runc: &RuncRef) -> String {
+    let mut s = String::from(
+        "| rund switch | figure | A | B | A/B | A/runc-v2 | note |\n|---|---|--:|--:|--:|--:|---|\n",
+    );
     for f in features {
         let [a, b] = &f.variants;
         if !f.supported {
             let _ = writeln!(
                 s,
-                "| {} {a} vs {b} | — | — | — | — | {} |",
+                "| {} {a} vs {b} | — | — | — | — | — | {} |",
                 f.feature, f.note
             );
             continue;
@@ -77,11 +103,12 @@ pub fn render_features(features: &[FeatureResult]) -> String {
         let (ma, mb) = (median(&f.single_start[0]), median(&f.single_start[1]));
         let _ = writeln!(
             s,
-            "| {} {a} vs {b} | single start median (ms) | {} | {} | {} | failures {} / {}; {} |",
+            "| {} {a} vs {b} | single start median (ms) | {} | {} | {} | {} | failures {} / {}; {} |",
             f.feature,
             fmt_val(ma, "ms"),
             fmt_val(mb, "ms"),
             fmt_ratio(ratio(ma, mb)),
+            fmt_ratio(ratio(ma, runc.single_ms)),
             f.single_start[0].failures,
             f.single_start[1].failures,
             f.note
@@ -92,12 +119,13 @@ pub fn render_features(features: &[FeatureResult]) -> String {
             let (wa, wb) = (wall(ra), wall(rb));
             let _ = writeln!(
                 s,
-                "| {} {a} vs {b} | {} concurrent wall (s) | {} | {} | {} | failures {} / {} |",
+                "| {} {a} vs {b} | {} concurrent wall (s) | {} | {} | {} | {} | failures {} / {} |",
                 f.feature,
                 ra.n,
                 fmt_val(wa, "s"),
                 fmt_val(wb, "s"),
                 fmt_ratio(ratio(wa, wb)),
+                fmt_ratio(ratio(wa, runc.wall_s.get(&ra.n).copied())),
                 ra.failures,
                 rb.failures
             );
@@ -128,6 +156,7 @@ pub fn render_cri(c: &CriStudy) -> String {
             set.failures
         );
     }
+    s.push_str(&render_own(c));
     for (h, set) in c.warmup.iter().chain(&c.run_pod_sandbox) {
         for e in &set.errors {
             let _ = writeln!(s, "\n- {h}: {e}");
@@ -138,6 +167,43 @@ pub fn render_cri(c: &CriStudy) -> String {
             s,
             "\n- {} pod(s) failed to stop or be removed",
             c.teardown_failures
+        );
+    }
+    s
+}
+
+/// rund's own part of RunPodSandbox: the shim's Create of the pod's sandbox,
+/// with its phases (medians).
+fn render_own(c: &CriStudy) -> String {
+    if c.own.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "\nrund's own time: the shim's Create of the pod's sandbox (`[trace] phases_file`), \
+         medians; the rest of RunPodSandbox is containerd's, CNI's and the `start` exec.\n\n\
+         | handler | shim Create (ms) | p90 (ms) | phases (median ms) | warm claims | n |\n\
+         |---|--:|--:|---|--:|--:|\n",
+    );
+    for (h, own) in &c.own {
+        let sum = own.create.summary.as_ref();
+        let phases: Vec<String> = own
+            .phases
+            .iter()
+            .filter_map(|(k, v)| Summary::of(v).map(|x| format!("{k} {:.2}", x.median)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "| {h} | {} | {} | {} | {} | {}{} |",
+            fmt_val(sum.map(|x| x.median), "ms"),
+            fmt_val(sum.map(|x| x.p90), "ms"),
+            phases.join(", "),
+            own.warm_claims,
+            own.create.samples_ms.len(),
+            if own.missing > 0 {
+                format!(" ({} without a record)", own.missing)
+            } else {
+                String::new()
+            }
         );
     }
     s
@@ -173,7 +239,7 @@ pub fn render(results: &Results) -> String {
     }
     if !results.features.is_empty() {
         s.push_str("\n### rund feature switches\n\n");
-        s.push_str(&render_features(&results.features));
+        s.push_str(&render_features(&results.features, &RuncRef::of(results)));
     }
     if let Some(p) = &results.pool {
         s.push_str("\n### cgroup pool: on against off\n\n");

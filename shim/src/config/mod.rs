@@ -55,6 +55,28 @@ pub struct RundConfig {
     pub idle: IdleConfig,
     /// `[shim]`: one shim process per pod, or one per node.
     pub shim: ShimConfig,
+    /// `[sandbox]`: warm sandboxes.
+    pub sandbox: SandboxConfig,
+}
+
+/// The most warm agents a node's shim keeps: each is a process with its
+/// own namespaces, waiting.
+pub const MAX_WARM: usize = 64;
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxConfig {
+    /// Agents the node's shim launches ahead of any pod (per-node mode
+    /// only: a per-pod shim lives no longer than its pod). A pod without a
+    /// user namespace or hostPID claims one with one RPC; the pool refills
+    /// in the background. 0: none.
+    pub warm: usize,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig { warm: 2 }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
@@ -166,6 +188,7 @@ impl Default for RundConfig {
             trace: Default::default(),
             idle: Default::default(),
             shim: Default::default(),
+            sandbox: Default::default(),
         }
     }
 }
@@ -198,6 +221,12 @@ impl RundConfig {
         let config: RundConfig = toml::from_str(text).map_err(|e| malformed(&e))?;
         config.userns.validate().map_err(|e| malformed(&e))?;
         config.policy.validate().map_err(|e| malformed(&e))?;
+        if config.sandbox.warm > MAX_WARM {
+            return Err(malformed(&format_args!(
+                "[sandbox] warm = {} is over the limit of {MAX_WARM}",
+                config.sandbox.warm
+            )));
+        }
         Ok(config)
     }
 
@@ -258,7 +287,18 @@ mod tests {
         assert_eq!(c.policy, PolicyConfig::default());
         assert_eq!(c.cgroup, rund_cgroup::CgroupConfig::default());
         assert_eq!(c.idle, IdleConfig::default());
+        assert_eq!(c.sandbox, SandboxConfig::default());
         assert_eq!(c.grace_period_seconds, 30);
+    }
+
+    #[test]
+    fn warm_sandboxes_default_to_two_and_have_a_limit() {
+        assert_eq!(RundConfig::default().sandbox.warm, 2);
+        let c = RundConfig::parse("[sandbox]\nwarm = 0\n", Path::new("x")).unwrap();
+        assert_eq!(c.sandbox.warm, 0);
+        let e = RundConfig::parse("[sandbox]\nwarm = 65\n", Path::new("x")).unwrap_err();
+        assert!(e.to_string().contains("over the limit of 64"), "{e}");
+        assert!(RundConfig::parse("[sandbox]\nwarm = -1\n", Path::new("x")).is_err());
     }
 
     #[test]

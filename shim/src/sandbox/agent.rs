@@ -214,6 +214,45 @@ impl Agent {
             .map_err(rpc("DeleteProcess"))
     }
 
+    /// Makes a warm agent the sandbox `id`: it joins `net` (or makes a new
+    /// network namespace), sets the hostname and writes the pod sysctls.
+    pub async fn claim(
+        &self,
+        id: &str,
+        net: Option<BorrowedFd<'_>>,
+        new_net: bool,
+        hostname: Option<&str>,
+        sysctls: &[(String, String)],
+    ) -> Result<(), SandboxError> {
+        let fd_seq = match net {
+            Some(fd) => self.send_batch(&FdBatch {
+                kinds: vec![FdKind::Namespace("net".into())],
+                fds: vec![fd],
+            })?,
+            None => 0,
+        };
+        let req = rund_proto::ClaimSandboxRequest {
+            sandbox_id: id.into(),
+            fd_seq,
+            new_net,
+            hostname: hostname.unwrap_or_default().into(),
+            sysctls: sysctls
+                .iter()
+                .map(|(k, v)| rund_proto::Sysctl {
+                    key: k.clone(),
+                    value: v.clone(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        self.client
+            .claim_sandbox(ctx(), &req)
+            .await
+            .map(drop)
+            .map_err(rpc("ClaimSandbox"))
+    }
+
     /// TERM everything, wait `grace`, KILL the rest; the agent then exits.
     pub async fn destroy(&self, grace: Duration) -> Result<(), SandboxError> {
         let req = rund_proto::DestroySandboxRequest {

@@ -8,8 +8,10 @@
 pub mod agent;
 pub mod pidmap;
 pub mod spawn;
+pub mod warm;
 
 use std::collections::HashMap;
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,6 +62,17 @@ pub struct UsernsInfo {
     pub lease: Option<crate::userns::LeaseStore>,
 }
 
+/// What the shim knows of a sandbox before its agent runs.
+#[derive(Clone)]
+pub struct About {
+    pub id: String,
+    pub grace: Duration,
+    pub userns: bool,
+    /// The sandbox makes its own network namespace.
+    pub owns_net: bool,
+    pub host_pid: bool,
+}
+
 pub struct Sandbox {
     pub id: String,
     pub agent: Agent,
@@ -78,13 +91,9 @@ pub struct Sandbox {
 impl Sandbox {
     pub async fn start(
         plan: SpawnPlan,
-        grace: Duration,
+        about: About,
         userns_info: Option<UsernsInfo>,
     ) -> Result<Arc<Sandbox>, SandboxError> {
-        let id = plan.config.sandbox_id.clone();
-        let userns = plan.config.userns;
-        let owns_net = plan.config.new_net;
-        let host_pid = plan.config.host_pid;
         let spawned = spawn::spawn(plan).await?;
         let pid = spawned.pid;
         let agent = match Agent::connect(spawned).await {
@@ -94,6 +103,39 @@ impl Sandbox {
                 return Err(e);
             }
         };
+        Self::serve(agent, about, userns_info)
+    }
+
+    /// Makes a warm agent this pod's sandbox (`ClaimSandbox`). On error the
+    /// agent is killed: half-claimed, it belongs to no pod.
+    pub async fn claim(
+        agent: Agent,
+        about: About,
+        claim: &warm::ClaimPlan,
+    ) -> Result<Arc<Sandbox>, SandboxError> {
+        let net = claim.net.as_ref().map(|fd| fd.as_fd());
+        let r = agent
+            .claim(
+                &about.id,
+                net,
+                about.owns_net,
+                claim.hostname.as_deref(),
+                &claim.sysctls,
+            )
+            .await;
+        if let Err(e) = r {
+            spawn::kill_and_reap(agent.pid);
+            return Err(e);
+        }
+        Self::serve(agent, about, None)
+    }
+
+    fn serve(
+        agent: Agent,
+        about: About,
+        userns_info: Option<UsernsInfo>,
+    ) -> Result<Arc<Sandbox>, SandboxError> {
+        let pid = agent.pid;
         let mut ns_ids = HashMap::new();
         for kind in ["pid", "net", "ipc", "uts", "cgroup", "user"] {
             if let Some(idv) = nsfd::ns_id(Path::new(&format!("/proc/{pid}/ns/{kind}"))) {
@@ -102,18 +144,18 @@ impl Sandbox {
         }
         if let Some(lease) = userns_info.as_ref().and_then(|u| u.lease.as_ref()) {
             // The lease now lives as long as the agent.
-            if let Err(e) = lease.adopt(&id, pid) {
-                tracing::warn!(sandbox = %id, "userns lease adopt: {e}");
+            if let Err(e) = lease.adopt(&about.id, pid) {
+                tracing::warn!(sandbox = %about.id, "userns lease adopt: {e}");
             }
         }
         let sandbox = Arc::new(Sandbox {
-            id,
+            id: about.id,
             agent,
-            grace,
-            userns,
+            grace: about.grace,
+            userns: about.userns,
             userns_info,
-            owns_net,
-            host_pid,
+            owns_net: about.owns_net,
+            host_pid: about.host_pid,
             ns_ids,
             exit: watch::channel(None).0,
         });

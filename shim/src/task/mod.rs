@@ -49,6 +49,8 @@ pub struct Service {
     /// The node's cgroups (with the pool), made on first use from the config
     /// in force; the error says why if unusable.
     cgroups: std::sync::Mutex<Option<Arc<rund_cgroup::Cgroups>>>,
+    /// The node's warm agents (per-node mode), set once when the pod is admitted.
+    pub(crate) warm: std::sync::OnceLock<Arc<crate::sandbox::warm::WarmPool>>,
 }
 
 impl Service {
@@ -68,6 +70,7 @@ impl Service {
             sandbox: Default::default(),
             exit,
             debug,
+            warm: std::sync::OnceLock::new(),
         }
     }
 

@@ -15,7 +15,7 @@ use super::Service;
 use super::TaskError;
 use crate::error::Result;
 use crate::sandbox::spawn::SpawnPlan;
-use crate::sandbox::{self, Sandbox};
+use crate::sandbox::{self, warm, About, Sandbox};
 use crate::spec;
 
 /// The shim's one sandbox.
@@ -98,43 +98,67 @@ pub async fn start(
         .clone()
         .filter(|h| !h.is_empty() && ns.new_uts);
     let userns = super::remap::plan(svc, spec, id, bundle, &req.rootfs).await?;
-    let launch = LaunchConfig {
-        sandbox_id: id.to_string(),
+    let sysctls = pod_sysctls(spec, userns.as_ref());
+    let about = About {
+        id: id.to_string(),
+        grace: Duration::from_secs(grace as u64),
         userns: userns.is_some(),
-        new_net: ns.new_net,
-        new_ipc: ns.new_ipc,
-        new_uts: ns.new_uts,
+        owns_net: ns.new_net,
         host_pid: ns.host_pid,
-        hostname,
-        // With a user namespace in a host-owned netns: what Kubernetes sets
-        // for userns pods, so ports below 1024 and ping work.
-        sysctls: pod_sysctls(spec, userns.as_ref()),
-        debug: svc.debug,
-        trim_after_ms: config.idle.trim_after_ms,
     };
-    let plan = SpawnPlan {
-        config: launch,
-        join,
-        uid_map: userns
-            .as_ref()
-            .map(|u| u.uid_map.clone())
-            .unwrap_or_default(),
-        gid_map: userns
-            .as_ref()
-            .map(|u| u.gid_map.clone())
-            .unwrap_or_default(),
-        agent_bin: config.agent_binary(),
-        log: crate::logging::agent_log_fd(),
+    let joined: Vec<&str> = join.iter().map(|(k, _)| k.as_str()).collect();
+    let fits = warm::fits(about.userns, ns.host_pid, ns.new_ipc, ns.new_uts, &joined);
+    let warm_agent = svc
+        .warm
+        .get()
+        .filter(|_| fits)
+        .and_then(|pool| pool.take(&config.agent_binary()));
+    let warm_sb = match warm_agent {
+        Some(agent) => claim_warm(agent, about.clone(), &mut join, &hostname, &sysctls).await?,
+        None => None,
     };
-    let info = userns.map(|u| u.info);
-    let leased = info.as_ref().and_then(|i| i.lease.as_ref()).is_some();
-    let sb = match Sandbox::start(plan, Duration::from_secs(grace as u64), info).await {
-        Ok(sb) => sb,
-        Err(e) => {
-            if leased {
-                release_lease(svc, id).await;
+    let sb = if let Some(sb) = warm_sb {
+        sb
+    } else {
+        let launch = LaunchConfig {
+            sandbox_id: id.to_string(),
+            userns: about.userns,
+            new_net: ns.new_net,
+            new_ipc: ns.new_ipc,
+            new_uts: ns.new_uts,
+            host_pid: ns.host_pid,
+            hostname,
+            // With a user namespace in a host-owned netns: what Kubernetes sets
+            // for userns pods, so ports below 1024 and ping work.
+            sysctls,
+            debug: svc.debug,
+            trim_after_ms: config.idle.trim_after_ms,
+            warm: false,
+        };
+        let plan = SpawnPlan {
+            config: launch,
+            join,
+            uid_map: userns
+                .as_ref()
+                .map(|u| u.uid_map.clone())
+                .unwrap_or_default(),
+            gid_map: userns
+                .as_ref()
+                .map(|u| u.gid_map.clone())
+                .unwrap_or_default(),
+            agent_bin: config.agent_binary(),
+            log: crate::logging::agent_log_fd(),
+        };
+        let info = userns.map(|u| u.info);
+        let leased = info.as_ref().and_then(|i| i.lease.as_ref()).is_some();
+        match Sandbox::start(plan, about, info).await {
+            Ok(sb) => sb,
+            Err(e) => {
+                if leased {
+                    release_lease(svc, id).await;
+                }
+                return Err(e.into());
             }
-            return Err(e.into());
         }
     };
     crate::failpoint::hit("create:sandbox", id);
@@ -149,6 +173,41 @@ pub async fn start(
         }
     });
     Ok(sb)
+}
+
+/// Claims a warm agent for this pod. A warm agent that died waiting gives
+/// `None` (the pod starts cold, with `join` as it was); a claim the agent
+/// refused is the pod's error.
+async fn claim_warm(
+    agent: sandbox::Agent,
+    about: About,
+    join: &mut Vec<(String, std::os::fd::OwnedFd)>,
+    hostname: &Option<String>,
+    sysctls: &[(String, String)],
+) -> Result<Option<Arc<Sandbox>>> {
+    let id = about.id.clone();
+    tracing::info!(sandbox = %id, pid = agent.pid, "claiming a warm agent");
+    let mut claim = warm::ClaimPlan {
+        net: join.pop().map(|(_, fd)| fd),
+        hostname: hostname.clone(),
+        sysctls: sysctls.to_vec(),
+    };
+    match Sandbox::claim(agent, about, &claim).await {
+        Ok(sb) => Ok(Some(sb)),
+        Err(
+            e @ sandbox::SandboxError::Rpc {
+                status: rund_proto::ttrpc::Error::RpcStatus(_),
+                ..
+            },
+        ) => Err(e.into()),
+        Err(e) => {
+            tracing::warn!(sandbox = %id, "warm agent lost ({e}): starting the sandbox cold");
+            if let Some(fd) = claim.net.take() {
+                join.push(("net".into(), fd));
+            }
+            Ok(None)
+        }
+    }
 }
 
 /// Frees a sandbox's id range after a failed start.

@@ -26,6 +26,8 @@ pub struct Report {
     pub policy: crate::config::PolicyConfig,
     /// `[shim] mode`: a shim process per pod, or one per node.
     pub shim: ShimMode,
+    /// `[sandbox] warm`: agents a node's shim launches ahead of pods.
+    pub warm: usize,
 }
 
 /// Gathers the report; `pid` 0 inspects this process (pass containerd's pid
@@ -44,6 +46,7 @@ pub fn collect(cfg: &RundConfig, pid: i32) -> Result<Report, CliError> {
         devices: probe::devices(cfg),
         policy: cfg.policy.clone(),
         shim: cfg.shim.mode,
+        warm: cfg.sandbox.warm,
     })
 }
 
@@ -55,6 +58,19 @@ fn shim_line(mode: ShimMode) -> &'static str {
             "per-node: one shim process serves every pod of a containerd namespace \
              (a crash of it ends them all)"
         }
+    }
+}
+
+/// What `[sandbox] warm` does in this shim mode.
+fn warm_line(mode: ShimMode, warm: usize) -> String {
+    match (mode, warm) {
+        (_, 0) => "warm = 0: every sandbox starts cold".into(),
+        (ShimMode::PerPod, n) => format!(
+            "warm = {n}, unused: warm sandboxes need [shim] mode = \"per-node\" (a per-pod shim lives no longer than its pod)"
+        ),
+        (ShimMode::PerNode, n) => format!(
+            "warm = {n}: the node's shim keeps {n} agents ready; pods without a user namespace or hostPID claim one"
+        ),
     }
 }
 
@@ -103,6 +119,7 @@ pub fn render(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(out, "  pool                {line}")?;
     }
     writeln!(out, "shim:                 {}", shim_line(r.shim))?;
+    writeln!(out, "warm sandboxes:       {}", warm_line(r.shim, r.warm))?;
     let u = &r.userns;
     let max = u
         .max_user_namespaces
@@ -153,6 +170,9 @@ mod tests {
             node.starts_with("per-node:") && node.contains("crash"),
             "{node}"
         );
+        assert!(warm_line(ShimMode::PerPod, 2).contains("unused"));
+        assert!(warm_line(ShimMode::PerNode, 2).contains("keeps 2 agents"));
+        assert!(warm_line(ShimMode::PerNode, 0).contains("cold"));
         let json = serde_json::to_string(&ShimMode::PerNode).unwrap();
         assert_eq!(json, "\"per-node\"");
     }

@@ -28,9 +28,15 @@ const NODE_ID: &str = "rund node";
 /// How long `start` waits for the node to serve a pod: a socket bind.
 const ANSWER_LIMIT: Duration = Duration::from_secs(30);
 
-/// The node shim's control socket for this containerd and namespace.
-pub fn control_path(flags: &Flags) -> String {
-    flags::socket_address(&flags.address, &flags.namespace, NODE_ID)
+/// The node shim's control socket for this containerd, namespace and rund
+/// config: pods whose runtime handlers name different configs get a node
+/// each, so no pod runs under another handler's config.
+pub fn control_path(flags: &Flags, config_path: Option<&str>) -> String {
+    let key = match config_path {
+        Some(p) => format!("{NODE_ID} {p}"),
+        None => NODE_ID.to_string(),
+    };
+    flags::socket_address(&flags.address, &flags.namespace, &key)
         .trim_start_matches("unix://")
         .to_string()
 }
@@ -42,7 +48,7 @@ pub fn hand_over(
     address: &str,
     config_path: Option<String>,
 ) -> Result<(), EntryError> {
-    let control = control_path(flags);
+    let control = control_path(flags, config_path.as_deref());
     let _lock = NodeLock::take(&control)?;
     let stream = match UnixStream::connect(&control) {
         Ok(s) => s,
@@ -158,13 +164,25 @@ mod tests {
             namespace: namespace.into(),
             ..Flags::default()
         };
-        let a = control_path(&f("/run/containerd/containerd.sock", "k8s.io"));
+        let a = control_path(&f("/run/containerd/containerd.sock", "k8s.io"), None);
         assert!(a.starts_with("/run/containerd/s/"), "{a}");
         assert_ne!(
             a,
-            control_path(&f("/run/containerd/containerd.sock", "default"))
+            control_path(&f("/run/containerd/containerd.sock", "default"), None)
         );
-        assert_ne!(a, control_path(&f("/tmp/other.sock", "k8s.io")));
+        assert_ne!(a, control_path(&f("/tmp/other.sock", "k8s.io"), None));
+        let b = control_path(
+            &f("/run/containerd/containerd.sock", "k8s.io"),
+            Some("/b.toml"),
+        );
+        assert_ne!(a, b, "another config, another node");
+        assert_eq!(
+            b,
+            control_path(
+                &f("/run/containerd/containerd.sock", "k8s.io"),
+                Some("/b.toml")
+            )
+        );
         assert_eq!(
             log_path(Path::new("/run/rund"), &a),
             PathBuf::from(format!("/run/rund/node-{}.log", &a[18..]))

@@ -18,6 +18,7 @@ use super::super::flags::Flags;
 use super::super::serve;
 use super::wire::{self, PodRequest};
 use crate::config::RundConfig;
+use crate::sandbox::warm::{Template, WarmPool};
 use crate::task::events::Events;
 use crate::task::exit_signal::ExitSignal;
 use crate::task::publish::Publisher;
@@ -35,6 +36,8 @@ struct Node {
     pods: Mutex<Pods>,
     /// Told when a pod's server has closed.
     changed: Notify,
+    /// Warm agents, launched from the first admitted pod's config.
+    warm: std::sync::OnceLock<Option<Arc<WarmPool>>>,
 }
 
 #[derive(Default)]
@@ -104,6 +107,7 @@ async fn run(flags: Flags, control: &str, log: &Path) -> Result<(), EntryError> 
         publisher: serve::connect_publisher().await?,
         pods: Mutex::new(Pods::default()),
         changed: Notify::new(),
+        warm: std::sync::OnceLock::new(),
     });
     let _ = std::fs::remove_file(control);
     let listener = bind(control)?;
@@ -131,6 +135,9 @@ async fn run(flags: Flags, control: &str, log: &Path) -> Result<(), EntryError> 
         }
     }
     let _ = std::fs::remove_file(control);
+    if let Some(pool) = node.warm.get().and_then(Option::as_ref) {
+        pool.close();
+    }
     Ok(())
 }
 
@@ -220,7 +227,14 @@ async fn admit(node: &Arc<Node>, req: PodRequest) -> Result<(), String> {
         RundConfig::load(req.config_path.as_deref().map(Path::new)).map_err(|e| e.to_string())?;
     let exit = Arc::new(ExitSignal::default());
     let events = Events::new(node.publisher.clone(), req.namespace.clone());
+    let pool = node
+        .warm
+        .get_or_init(|| warm_pool(&config, req.debug))
+        .clone();
     let service = Arc::new(Service::new(config, events, exit.clone(), req.debug));
+    if let Some(pool) = pool {
+        let _ = service.warm.set(pool);
+    }
     let pod = serve::open_pod(&req.socket, service.clone())
         .await
         .map_err(|e| e.to_string())?;
@@ -255,6 +269,25 @@ async fn admit(node: &Arc<Node>, req: PodRequest) -> Result<(), String> {
         node.changed.notify_waiters();
     });
     Ok(())
+}
+
+/// The node's warm agents, from the config of its first pod; they start
+/// launching at once.
+fn warm_pool(config: &RundConfig, debug: bool) -> Option<Arc<WarmPool>> {
+    if config.sandbox.warm == 0 {
+        return None;
+    }
+    let pool = WarmPool::new(
+        config.sandbox.warm,
+        Template {
+            agent_bin: config.agent_binary(),
+            debug,
+            trim_after_ms: config.idle.trim_after_ms,
+        },
+    );
+    pool.refill();
+    tracing::info!(warm = config.sandbox.warm, "warm sandboxes on");
+    Some(pool)
 }
 
 /// SIGTERM: every pod torn down as a per-pod shim would on SIGTERM.

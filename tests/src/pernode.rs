@@ -1,0 +1,152 @@
+//! Helpers for the per-node shim's tests (`[shim] mode = "per-node"`): the node's process,
+//! its control socket, and pods run and removed through ctr.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use crate::{Containerd, ContainerdOpts, RunSpec};
+
+pub const RUND: &str = "io.containerd.rund.v2";
+/// The node's linger (2 s) plus containerd's own cleanup.
+pub const GRACE: Duration = Duration::from_secs(20);
+
+pub fn per_node(opts: ContainerdOpts) -> ContainerdOpts {
+    per_node_with(opts, "")
+}
+
+/// Per-node mode with more of rund's config (`[sandbox] warm`, say).
+pub fn per_node_with(opts: ContainerdOpts, more: &str) -> ContainerdOpts {
+    ContainerdOpts {
+        rund_config: Some(format!("[shim]\nmode = \"per-node\"\n{more}")),
+        ..opts
+    }
+}
+
+pub fn start(test: &str) -> Option<Containerd> {
+    Containerd::start_rund_or_skip(test, per_node(ContainerdOpts::new()))
+}
+
+pub fn config_flags(ctd: &Containerd) -> Vec<String> {
+    let cfg = ctd.opts.rund_config_path.as_ref().expect("a rund config");
+    vec!["--runtime-config-path".into(), cfg.display().to_string()]
+}
+
+pub fn spec(ctd: &Containerd, id: &str, rootfs: &Path, args: &[&str]) -> RunSpec {
+    RunSpec {
+        id: id.into(),
+        rootfs: Some(rootfs.into()),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        flags: config_flags(ctd),
+        ..RunSpec::new(RUND)
+    }
+}
+
+pub fn run_detached(ctd: &Containerd, id: &str, rootfs: &Path) {
+    let out = ctd
+        .run_spec(&RunSpec {
+            detach: true,
+            ..spec(ctd, id, rootfs, &["sleep", "100000"])
+        })
+        .unwrap();
+    assert!(out.success(), "{id}: {out:?}");
+}
+
+pub fn ppid_and_comm(pid: u32) -> Option<(u32, String)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (head, rest) = stat.rsplit_once(')')?;
+    let comm = head.split_once('(')?.1.to_string();
+    let ppid = rest.split_whitespace().nth(1)?.parse().ok()?;
+    Some((ppid, comm))
+}
+
+/// The nearest `containerd-shim*` ancestor of `pid`.
+pub fn shim_of(pid: u32) -> Option<u32> {
+    let mut p = pid;
+    for _ in 0..16 {
+        let (ppid, comm) = ppid_and_comm(p)?;
+        if comm.starts_with("containerd-shim") {
+            return Some(p);
+        }
+        p = ppid;
+    }
+    None
+}
+
+pub fn task_pid(ctd: &Containerd, id: &str) -> u32 {
+    let out = ctd.ctr(&["task", "ls"]).unwrap();
+    out.stdout
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.first() == Some(&id) && f.get(2) == Some(&"RUNNING")).then(|| f[1].parse().ok())?
+        })
+        .unwrap_or_else(|| panic!("{id} is not RUNNING: {}", out.stdout))
+}
+
+pub fn remove(ctd: &Containerd, id: &str) {
+    let _ = ctd.ctr(&["task", "kill", "-s", "KILL", id]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        let out = ctd.ctr(&["task", "rm", id]).unwrap();
+        if out.success() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(ctd.ctr(&["container", "rm", id]).unwrap().success(), "{id}");
+}
+
+/// The node's control socket: containerd's socket hash of
+/// `<address>/<ns>/rund node <config path>` (the config ctr passes as runtime options).
+pub fn control_socket(ctd: &Containerd) -> PathBuf {
+    let cfg = ctd.opts.rund_config_path.as_ref().expect("a rund config");
+    let key = format!(
+        "{}/{}/rund node {}",
+        ctd.address().display(),
+        ctd.namespace,
+        cfg.display()
+    );
+    let hex: String = Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    PathBuf::from(format!("/run/containerd/s/{hex}"))
+}
+
+pub fn alive(pid: u32) -> bool {
+    ppid_and_comm(pid).is_some()
+}
+
+pub fn gone_within(pid: u32, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    !alive(pid)
+}
+
+/// Pids of `parent`'s children whose command name is `comm`.
+pub fn children_named(parent: u32, comm: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| ppid_and_comm(pid).is_some_and(|(pp, c)| pp == parent && c == comm))
+        .collect()
+}
+
+/// The node's log (`<state_dir>/node-<hash>.log`; the harness's state_dir is
+/// `<dir>/rund-state`).
+pub fn node_log(ctd: &Containerd) -> String {
+    let dir = ctd.dir.join("rund-state");
+    std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("node-"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect()
+}
