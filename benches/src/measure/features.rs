@@ -21,9 +21,6 @@ pub struct Switch {
     pub defaults: [&'static str; 2],
     /// Also compare concurrent starts (the pool matters under concurrency).
     pub concurrent: bool,
-    /// The switch changes the node for everyone once on: all of variant 1
-    /// ("off") first, then all of variant 0, never alternated.
-    pub sequential: bool,
 }
 
 pub const SWITCHES: &[Switch] = &[
@@ -35,7 +32,6 @@ pub const SWITCHES: &[Switch] = &[
             "[userns]\nmode = \"requested\"\n",
         ],
         concurrent: false,
-        sequential: false,
     },
     // `{state}` becomes a state dir of the variant's own, where the node's
     // log shows the probe that the mode is in force.
@@ -47,19 +43,6 @@ pub const SWITCHES: &[Switch] = &[
             "state_dir = {state}\n[shim]\nmode = \"per-pod\"\n",
         ],
         concurrent: true,
-        sequential: false,
-    },
-    // Node-wide once on: measured off first, and rund's hierarchy is
-    // unmounted afterwards. `{pool}` becomes a pool state dir of its own.
-    Switch {
-        feature: "favordynmods",
-        variants: ["on", "off"],
-        defaults: [
-            "[cgroup]\nfavor_dynmods = true\nstate_dir = {pool}\n",
-            "[cgroup]\nfavor_dynmods = false\nstate_dir = {pool}\n",
-        ],
-        concurrent: false,
-        sequential: true,
     },
 ];
 
@@ -129,16 +112,6 @@ pub fn run(env: &BenchEnv, opts: &Options, progress: &Progress) -> Vec<FeatureRe
             }
         }
         progress.phase(format!("rund {} on/off single start", sw.feature));
-        if sw.sequential {
-            fr.single_start = sequential(sw, env, &rts, opts.iterations, progress);
-            if let Err(why) = confirm_sequential(sw, &paths) {
-                fr.supported = false;
-                fr.note = format!("not reported: {why}");
-                fr.single_start = Default::default();
-            }
-            out.push(fr);
-            continue;
-        }
         let variant_of = |rt: &Runtime| {
             if rt.config_path == rts[0].config_path {
                 sw.variants[0]
@@ -195,66 +168,12 @@ fn config_paths(
             None => {
                 let p = dir.join(format!("{key}.toml"));
                 let state = dir.join(format!("state-{key}")).display().to_string();
-                let pool = dir
-                    .join(format!("pool-{}", sw.feature))
-                    .display()
-                    .to_string();
-                let text = sw.defaults[i]
-                    .replace("{state}", &format!("{state:?}"))
-                    .replace("{pool}", &format!("{pool:?}"));
-                std::fs::write(&p, text)?;
+                std::fs::write(&p, sw.defaults[i].replace("{state}", &format!("{state:?}")))?;
                 p
             }
         };
     }
     Ok(out)
-}
-
-/// Variant 1 ("off") first, then variant 0: a switch that stays on for the
-/// node once on must never run before its "off" samples.
-fn sequential(
-    sw: &Switch,
-    env: &BenchEnv,
-    rts: &[Runtime; 2],
-    iterations: usize,
-    progress: &Progress,
-) -> [SampleSet; 2] {
-    let mut out: [SampleSet; 2] = Default::default();
-    for i in [1, 0] {
-        let tag = format!("f{}{i}", sw.feature);
-        let mut sets = single::run(
-            env,
-            std::slice::from_ref(&rts[i]),
-            iterations,
-            &tag,
-            |_| sw.variants[i].to_string(),
-            progress,
-        );
-        out[i] = sets.remove(sw.variants[i]).unwrap_or_default();
-    }
-    out
-}
-
-/// After a sequential switch: evidence it was on, and the node put back.
-fn confirm_sequential(sw: &Switch, paths: &[PathBuf; 2]) -> Result<(), String> {
-    match sw.feature {
-        "favordynmods" => {
-            let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-            let on = rund_cgroup::dynmods::on_in(&info);
-            let dir = paths[0]
-                .parent()
-                .map(|d| d.join(format!("pool-{}", sw.feature)).join("dynmods"));
-            if let Some(d) = &dir {
-                let _ = rund_cgroup::dynmods::release(d);
-            }
-            if on {
-                Ok(())
-            } else {
-                Err("favordynmods was not on after the \"on\" runs".into())
-            }
-        }
-        other => Err(format!("no confirmation for {other}")),
-    }
 }
 
 /// Evidence that the shim honours the switch, or why not.
@@ -305,15 +224,6 @@ fn probe(sw: &Switch, env: &BenchEnv, rts: &[Runtime; 2]) -> Result<String, Stri
                 (a, b) => Err(format!(
                     "the shim ignores the mode (a node admitted per-node: {a}, per-pod: {b})"
                 )),
-            }
-        }
-        // Before any "on" run: a node that has it already cannot show the difference.
-        "favordynmods" => {
-            let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-            if rund_cgroup::dynmods::on_in(&info) {
-                Err("favordynmods is already on on this node".into())
-            } else {
-                Ok("measured off first, then on; rund's hierarchy unmounted after".into())
             }
         }
         other => Err(format!("no probe for {other}")),

@@ -23,8 +23,6 @@ pub struct Cgroups {
     cfg: CgroupConfig,
     /// Always present so status/gc work; used for claims only when on.
     pool: Arc<Pool>,
-    /// `[cgroup] favor_dynmods`: what turning it on found, or why it failed.
-    dynmods: Option<std::result::Result<crate::dynmods::Favor, String>>,
 }
 
 impl Cgroups {
@@ -32,16 +30,7 @@ impl Cgroups {
     /// when the pool is on (v1).
     pub fn new(cfg: CgroupConfig) -> Result<Self> {
         cfg.validate()?;
-        let mut me = Self::with(Hierarchy::detect()?, Arc::new(RealFs), cfg);
-        if me.cfg.favor_dynmods {
-            // A node tuning: a failure is reported (logs, `rund doctor`),
-            // never a reason to refuse containers.
-            let r = crate::dynmods::ensure(&me.dynmods_dir()).map_err(|e| e.to_string());
-            if let Err(e) = &r {
-                tracing::warn!("{e}");
-            }
-            me.dynmods = Some(r);
-        }
+        let me = Self::with(Hierarchy::detect()?, Arc::new(RealFs), cfg);
         me.start_refiller();
         Ok(me)
     }
@@ -55,19 +44,7 @@ impl Cgroups {
             fs,
             cfg,
             pool,
-            dynmods: None,
         }
-    }
-
-    /// Where rund mounts its favordynmods hierarchy.
-    pub fn dynmods_dir(&self) -> std::path::PathBuf {
-        self.cfg.state_dir.join("dynmods")
-    }
-
-    /// `[cgroup] favor_dynmods`: `None` when off; else what turning it on
-    /// found, or why it failed.
-    pub fn dynmods(&self) -> Option<&std::result::Result<crate::dynmods::Favor, String>> {
-        self.dynmods.as_ref()
     }
 
     /// Starts the grace-period wait of the next `cgroup.procs` write with a

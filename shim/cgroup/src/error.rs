@@ -35,17 +35,6 @@ pub enum Error {
     /// A controller needed by the requested resources is not mounted.
     #[error("cgroup: controller {0} is not available on this host")]
     ControllerMissing(&'static str),
-    /// `[cgroup] favor_dynmods` is on and the kernel refused the mount.
-    #[error(
-        "cgroup: mounting the favordynmods hierarchy at {path}: {source} (the option needs \
-         Linux >= 6.0 with cgroup v1 support; or set favordynmods on the cgroup2 mount \
-         yourself, or turn [cgroup] favor_dynmods off)"
-    )]
-    FavorDynmods {
-        path: PathBuf,
-        #[source]
-        source: nix::errno::Errno,
-    },
     /// The feature is not implemented (the shim maps this to UNIMPLEMENTED).
     #[error("cgroup: not implemented: {0}")]
     Unimplemented(String),

@@ -65,11 +65,6 @@ impl Hierarchy {
                 "cgroup2" if v2.is_none() || mount == Path::new("/sys/fs/cgroup") => {
                     v2 = Some(mount);
                 }
-                // rund's own favordynmods hierarchy holds no cgroups.
-                "cgroup"
-                    if post[2]
-                        .split(',')
-                        .any(|o| o == concat!("name=", "rund-dynmods")) => {}
                 "cgroup" => {
                     let mut ctrls: Vec<String> = post[2]
                         .split(',')
@@ -233,25 +228,6 @@ mod tests {
             h.v1_mount("cpuacct"),
             Some(Path::new("/sys/fs/cgroup/cpuacct"))
         );
-    }
-
-    /// rund's favordynmods hierarchy is no place for cgroups: on a hybrid
-    /// host it is left out, and a pure v2 host stays pure v2.
-    #[test]
-    fn the_favordynmods_hierarchy_is_not_a_hierarchy() {
-        let ours = "50 25 0:50 / /run/rund/cgroup-pool/dynmods rw - cgroup cgroup rw,favordynmods,name=rund-dynmods\n";
-        let h = Hierarchy::from_mountinfo(&format!("{HYBRID}{ours}")).unwrap();
-        let Hierarchy::V1 { hierarchies, .. } = &h else {
-            panic!("{h:?}");
-        };
-        assert!(hierarchies
-            .iter()
-            .all(|x| !x.name().contains("rund-dynmods")));
-        let v2 = format!("1 0 0:1 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n{ours}");
-        assert!(matches!(
-            Hierarchy::from_mountinfo(&v2).unwrap(),
-            Hierarchy::V2 { .. }
-        ));
     }
 
     #[test]

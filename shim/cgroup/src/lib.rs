@@ -10,7 +10,6 @@ pub mod bpf;
 mod context;
 mod ctl;
 mod dirs;
-pub mod dynmods;
 mod error;
 pub mod fs;
 mod hierarchy;

@@ -42,11 +42,6 @@ pub struct CgroupConfig {
     /// Off by default: it also evicts shared files (image binaries) that
     /// the pod happened to read first, which the next pod reads again.
     pub reclaim_on_remove: bool,
-    /// Keep the kernel's `favordynmods` on (`dynmods.rs`): no cgroup.procs
-    /// write waits an RCU grace period, at the cost of slower forks and
-    /// exits node-wide. rund mounts a named hierarchy with the option at
-    /// `<state_dir>/dynmods` unless a cgroup mount already has it.
-    pub favor_dynmods: bool,
 }
 
 impl Default for CgroupConfig {
@@ -61,7 +56,6 @@ impl Default for CgroupConfig {
             empty_timeout_ms: 5000,
             freeze_timeout_ms: 5000,
             reclaim_on_remove: false,
-            favor_dynmods: false,
         }
     }
 }

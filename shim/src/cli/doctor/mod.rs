@@ -118,11 +118,6 @@ pub fn render(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
     for line in &c.pool_effect {
         writeln!(out, "  pool                {line}")?;
     }
-    writeln!(
-        out,
-        "  placement           {}",
-        probe::dynmods_line(c.favordynmods, c.favor_dynmods)
-    )?;
     writeln!(out, "shim:                 {}", shim_line(r.shim))?;
     writeln!(out, "warm sandboxes:       {}", warm_line(r.shim, r.warm))?;
     let u = &r.userns;
@@ -175,8 +170,6 @@ mod tests {
             node.starts_with("per-node:") && node.contains("crash"),
             "{node}"
         );
-        assert!(probe::dynmods_line(false, false).contains("favor_dynmods = true"));
-        assert!(probe::dynmods_line(true, false).starts_with("favordynmods on"));
         assert!(warm_line(ShimMode::PerPod, 2).contains("unused"));
         assert!(warm_line(ShimMode::PerNode, 2).contains("keeps 2 agents"));
         assert!(warm_line(ShimMode::PerNode, 0).contains("cold"));

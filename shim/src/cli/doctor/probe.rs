@@ -64,11 +64,6 @@ pub struct CgroupFacts {
     pub pool: Switch,
     /// What the pool does on this node (v2: why there is none).
     pub pool_effect: Vec<String>,
-    /// Some cgroup mount has `favordynmods` (placements never wait an RCU
-    /// grace period).
-    pub favordynmods: bool,
-    /// `[cgroup] favor_dynmods`.
-    pub favor_dynmods: bool,
 }
 
 pub fn cgroup(cfg: &RundConfig) -> CgroupFacts {
@@ -94,18 +89,6 @@ pub fn cgroup(cfg: &RundConfig) -> CgroupFacts {
         mode: mode.into(),
         detail,
         pool: cfg.cgroup.pool,
-        favordynmods: std::fs::read_to_string("/proc/self/mountinfo")
-            .is_ok_and(|t| rund_cgroup::dynmods::on_in(&t)),
-        favor_dynmods: cfg.cgroup.favor_dynmods,
-    }
-}
-
-/// What the node's placement writes cost, and the switch.
-pub fn dynmods_line(on: bool, wanted: bool) -> &'static str {
-    match (on, wanted) {
-        (true, _) => "favordynmods on: no cgroup.procs write waits an RCU grace period (forks and exits take a slower lock node-wide)",
-        (false, true) => "favordynmods OFF although [cgroup] favor_dynmods = true: the first Create mounts it; if this stays, see the shim log for why",
-        (false, false) => "favordynmods off: the first placement after a quiet spell waits an RCU grace period (about 10 ms on a small VM); [cgroup] favor_dynmods = true turns it on",
     }
 }
 
