@@ -82,6 +82,45 @@ fn a_pod_claims_a_warm_agent_and_the_pool_refills() {
     assert_no_leaks_within(&ctd, &before, GRACE);
 }
 
+/// Warm agents killed while they wait are reaped, not claimed: the next pod starts cold and
+/// runs, and the pool refills with live ones.
+#[test]
+fn dead_warm_agents_are_skipped_and_replaced() {
+    let Some(ctd) = start("dead_warm_agents_are_skipped_and_replaced", WARM) else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+    run_detached(&ctd, "wd", &rootfs);
+    let task = task_pid(&ctd, "wd");
+    let node = shim_of(task).unwrap();
+    let agents = agents_reach(node, 3);
+    assert_eq!(agents.len(), 3, "{agents:?}");
+    let own = ppid_and_comm(task).map(|(pp, _)| pp).unwrap();
+    let warm: Vec<u32> = agents.into_iter().filter(|&a| a != own).collect();
+    assert_eq!(warm.len(), 2, "two warm agents beside wd's ({own})");
+    for &pid in &warm {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+    }
+    let out = ctd
+        .run_spec(&spec(&ctd, "wd2", &rootfs, &["echo", "cold"]))
+        .unwrap();
+    assert_eq!((out.code(), out.stdout.as_str()), (0, "cold\n"), "{out:?}");
+    assert!(!claimed(&ctd, "wd2"), "{}", node_log(&ctd));
+    let refilled = agents_reach(node, 3);
+    assert_eq!(refilled.len(), 3, "{refilled:?}");
+    assert!(
+        refilled.iter().all(|p| !warm.contains(p)),
+        "the dead ones were reaped and replaced: {refilled:?} (killed {warm:?})"
+    );
+    remove(&ctd, "wd");
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
+
 /// Killed, the node's shim takes its warm agents with it: each sees its connection close.
 #[test]
 fn warm_agents_go_with_a_killed_node() {
