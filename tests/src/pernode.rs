@@ -141,12 +141,23 @@ pub fn children_named(parent: u32, comm: &str) -> Vec<u32> {
 /// The node's log (`<state_dir>/node-<hash>.log`; the harness's state_dir is
 /// `<dir>/rund-state`).
 pub fn node_log(ctd: &Containerd) -> String {
-    let dir = ctd.dir.join("rund-state");
-    std::fs::read_dir(&dir)
+    node_logs_in(&ctd.dir.join("rund-state"))
+}
+
+/// Every node log under rund's `state_dir`, one after another.
+pub fn node_logs_in(state_dir: &Path) -> String {
+    std::fs::read_dir(state_dir)
         .into_iter()
         .flatten()
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with("node-"))
         .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
         .collect()
+}
+
+/// Whether a node's `log` says sandbox `id` claimed a warm agent.
+pub fn claimed_warm(log: &str, id: &str) -> bool {
+    let needle = format!("sandbox={id} ");
+    log.lines()
+        .any(|l| l.contains("claiming a warm agent") && l.contains(&needle))
 }

@@ -35,9 +35,7 @@ fn agents_reach(node: u32, want: usize) -> Vec<u32> {
 }
 
 fn claimed(ctd: &Containerd, id: &str) -> bool {
-    node_log(ctd)
-        .lines()
-        .any(|l| l.contains("claiming a warm agent") && l.contains(&format!("sandbox={id} ")))
+    claimed_warm(&node_log(ctd), id)
 }
 
 /// A pod claims a warm agent (it runs in a network namespace of its own, made at the claim:

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use rund_tests::containerd::line::{cached_dir, ContainerdBins};
+use rund_tests::pernode;
 use rund_tests::{Containerd, ContainerdOpts, CriClient, PodSpec};
 
 use super::ms;
@@ -239,25 +240,9 @@ fn own_time(f: &RundFiles, id: &str, handler: &str, study: &mut CriStudy) {
             }
         }
     }
-    if claimed_warm(&f.state, id) {
+    if pernode::claimed_warm(&pernode::node_logs_in(&f.state), id) {
         own.warm_claims += 1;
     }
-}
-
-/// Whether a node log under `state` says sandbox `id` claimed a warm agent.
-fn claimed_warm(state: &Path, id: &str) -> bool {
-    let needle = format!("sandbox={id} ");
-    std::fs::read_dir(state)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("node-"))
-        .any(|e| {
-            std::fs::read_to_string(e.path())
-                .unwrap_or_default()
-                .lines()
-                .any(|l| l.contains("claiming a warm agent") && l.contains(&needle))
-        })
 }
 
 #[cfg(test)]

@@ -250,11 +250,5 @@ fn node_admitted(config: Option<&Path>) -> bool {
         })
         .and_then(|v| serde_json::from_str::<String>(&v).ok())
         .map(PathBuf::from);
-    let Some(state) = state else { return false };
-    std::fs::read_dir(state)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("node-"))
-        .any(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains("pod admitted")))
+    state.is_some_and(|s| rund_tests::pernode::node_logs_in(&s).contains("pod admitted"))
 }
