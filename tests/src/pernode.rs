@@ -157,7 +157,27 @@ pub fn node_logs_in(state_dir: &Path) -> String {
 
 /// Whether a node's `log` says sandbox `id` claimed a warm agent.
 pub fn claimed_warm(log: &str, id: &str) -> bool {
+    claimed_warm_pid(log, id).is_some()
+}
+
+/// The pid of the warm agent that sandbox `id` claimed, from the node's `log`.
+pub fn claimed_warm_pid(log: &str, id: &str) -> Option<u32> {
     let needle = format!("sandbox={id} ");
     log.lines()
-        .any(|l| l.contains("claiming a warm agent") && l.contains(&needle))
+        .filter(|l| l.contains("claiming a warm agent") && l.contains(&needle))
+        .find_map(|l| {
+            l.split_once(" pid=")?
+                .1
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+}
+
+/// How many warm agents the node's `log` says it launched.
+pub fn warm_launched(log: &str) -> usize {
+    log.lines()
+        .filter(|l| l.contains("warm agent ready"))
+        .count()
 }
