@@ -97,6 +97,12 @@ pub fn ppid_of(pid: u32) -> Option<u32> {
     parse_stat_ppid(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
+/// The process's name (`/proc/<pid>/comm`).
+pub fn comm_of(pid: u32) -> Option<String> {
+    let c = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(c.trim_end().to_string())
+}
+
 /// File name of the process's executable (readlink of /proc/<pid>/exe).
 pub fn exe_name(pid: u32) -> Option<String> {
     let p = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;

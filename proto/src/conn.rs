@@ -22,6 +22,21 @@ pub fn single_listener(fd: OwnedFd) -> std::io::Result<Listener> {
     Ok(Listener::new(once.chain(stream::pending())))
 }
 
+/// A "listener" that yields the inherited stream, then each connection a
+/// restarted shim sends on the fd side channel ([`crate::fdpass::FdKind::Conn`]).
+pub fn listener_with_more(
+    fd: OwnedFd,
+    more: tokio::sync::mpsc::UnboundedReceiver<OwnedFd>,
+) -> std::io::Result<Listener> {
+    let conn = tokio_stream(fd)?;
+    let first = stream::once(async move { Ok::<_, std::io::Error>(conn) });
+    let rest = stream::unfold(more, |mut rx| async move {
+        let fd = rx.recv().await?;
+        Some((tokio_stream(fd), rx))
+    });
+    Ok(Listener::new(first.chain(rest).chain(stream::pending())))
+}
+
 /// A ttrpc client on the shim's end of the socketpair.
 pub fn client(fd: OwnedFd) -> std::io::Result<Client> {
     Ok(Client::new(Socket::new(tokio_stream(fd)?)))

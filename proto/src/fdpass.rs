@@ -53,6 +53,10 @@ pub enum FdKind {
     /// A cgroup v2 directory to start the container init in
     /// (`clone3(CLONE_INTO_CGROUP)`).
     Cgroup,
+    /// A new ttrpc connection from a restarted node shim, alone in its
+    /// batch: served beside the old one, whose late answers then reach
+    /// nobody instead of the new client.
+    Conn,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]

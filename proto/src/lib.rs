@@ -8,7 +8,7 @@ pub mod sysctl;
 
 /// Bumped on every incompatible change to this crate's wire formats; the
 /// shim sends it in Ping and the agent refuses a different one.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Generated messages.
 pub mod agent {

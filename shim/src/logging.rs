@@ -19,8 +19,9 @@ use tracing_subscriber::Layer;
 static LOG: OnceLock<File> = OnceLock::new();
 
 pub fn init(path: &std::path::Path, debug: bool) {
+    // Appended: a node's keeper and each node shim it starts share the file.
     let file = OpenOptions::new()
-        .write(true)
+        .append(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)
         .or_else(|_| OpenOptions::new().write(true).open("/dev/null"));

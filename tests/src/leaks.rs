@@ -271,7 +271,15 @@ pub fn shim_processes(ctd: &Containerd) -> Vec<ProcInfo> {
                 .next()
                 .is_some_and(|a| a.contains("containerd-shim"))
         })
+        // A node's keeper (per-node mode) is the shim's parent, not a shim.
+        .filter(|p| !is_keeper(p.pid))
         .collect()
+}
+
+/// Whether `pid` is a node keeper (per-node mode).
+pub fn is_keeper(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .is_ok_and(|c| c.trim_end() == "rund-keeper")
 }
 
 /// Processes attributable to the instance whose dirs are `prefixes` (see module docs).

@@ -181,3 +181,28 @@ pub fn warm_launched(log: &str) -> usize {
         .filter(|l| l.contains("warm agent ready"))
         .count()
 }
+
+/// SIGKILL, by pid.
+pub fn kill9(pid: u32) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+}
+
+/// The keeper's new node shim (not `old`), within [`GRACE`]. The agents of the dead one are
+/// now the keeper's children, so the shim is found below the keeper, not above the task.
+pub fn new_node(keeper: u32, old: u32) -> Option<u32> {
+    let deadline = Instant::now() + GRACE;
+    while Instant::now() < deadline {
+        if let Some(n) = children_named(keeper, "containerd-shim")
+            .into_iter()
+            .find(|&n| n != old)
+        {
+            return Some(n);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}

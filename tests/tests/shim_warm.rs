@@ -133,7 +133,9 @@ fn dead_warm_agents_are_skipped_and_replaced() {
     assert_no_leaks_within(&ctd, &before, GRACE);
 }
 
-/// Killed, the node's shim takes its warm agents with it: each sees its connection close.
+/// Killed, the node's shim takes its warm agents with it (each sees its connection close,
+/// as nothing keeps them); the pod's own agent runs on under the keeper's next node shim,
+/// which launches warm agents anew.
 #[test]
 fn warm_agents_go_with_a_killed_node() {
     let Some(ctd) = start("warm_agents_go_with_a_killed_node", WARM) else {
@@ -142,18 +144,35 @@ fn warm_agents_go_with_a_killed_node() {
     let rootfs = ctd.busybox_rootfs().unwrap();
     let before = LeakSnapshot::take(&ctd);
     run_detached(&ctd, "wk", &rootfs);
-    let node = shim_of(task_pid(&ctd, "wk")).unwrap();
+    let task = task_pid(&ctd, "wk");
+    let node = shim_of(task).unwrap();
+    let (keeper, _) = ppid_and_comm(node).unwrap();
     let agents = agents_reach(node, 3);
     assert_eq!(agents.len(), 3, "{agents:?}");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(node as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    for pid in agents {
-        assert!(gone_within(pid, GRACE), "agent {pid} outlived its node");
+    let own = ppid_and_comm(task).map(|(pp, _)| pp).unwrap();
+    kill9(node);
+    for &pid in agents.iter().filter(|&&a| a != own) {
+        assert!(
+            gone_within(pid, GRACE),
+            "warm agent {pid} outlived its node"
+        );
     }
+    assert!(alive(own), "the pod's agent runs on");
+    assert_eq!(task_pid(&ctd, "wk"), task);
+    let new = new_node(keeper, node).expect("a new node shim");
+    let warm = agents_reach(new, 2);
+    assert_eq!(warm.len(), 2, "the new node shim's warm agents: {warm:?}");
     remove(&ctd, "wk");
+    assert!(
+        gone_within(keeper, GRACE),
+        "the node left with its last pod"
+    );
+    for pid in warm {
+        assert!(
+            gone_within(pid, GRACE),
+            "warm agent {pid} went with the node"
+        );
+    }
     assert_no_leaks_within(&ctd, &before, GRACE);
 }
 

@@ -39,6 +39,8 @@ impl PassedFds {
                     p.devices.insert(path, fd);
                 }
                 FdKind::Cgroup => p.cgroup = Some(fd),
+                // Only ever alone in its batch, and routed before filing.
+                FdKind::Conn => drop(fd),
             }
         }
         p

@@ -77,7 +77,8 @@ async fn serve(cfg: &LaunchConfig, sync: &OwnedFd, init_bin: InitBinary) -> Resu
     let gone = shim_gone.clone();
     // SAFETY: fd 4 is the fd side channel, inherited from the shim; nothing else owns it.
     let fdpass = unsafe { OwnedFd::from_raw_fd(launch::FDPASS_FD) };
-    let fdpass = FdChannel::spawn(fdpass, move || gone.notify_one()).map_err(|e| rt(&e))?;
+    let (conns, more_conns) = tokio::sync::mpsc::unbounded_channel();
+    let fdpass = FdChannel::spawn(fdpass, conns, move || gone.notify_one()).map_err(|e| rt(&e))?;
     let destroyed = Arc::new(tokio::sync::Notify::new());
     let service = Arc::new(AgentService {
         reaper,
@@ -97,7 +98,7 @@ async fn serve(cfg: &LaunchConfig, sync: &OwnedFd, init_bin: InitBinary) -> Resu
     });
     // SAFETY: fd 3 is our end of the shim's socketpair; nothing else owns it.
     let conn = unsafe { OwnedFd::from_raw_fd(launch::CONN_FD) };
-    let listener = rund_proto::conn::single_listener(conn).map_err(|e| rt(&e))?;
+    let listener = rund_proto::conn::listener_with_more(conn, more_conns).map_err(|e| rt(&e))?;
     let mut server = ttrpc::r#async::Server::new()
         .add_listener(listener)
         .register_service(rund_proto::create_agent(service.clone()));

@@ -67,7 +67,13 @@ pub struct FdChannel {
 impl FdChannel {
     /// Starts the reader. `on_close` runs once when the shim's end closes:
     /// the shim is gone, and with it everyone allowed to drive this sandbox.
-    pub fn spawn(sock: OwnedFd, on_close: impl FnOnce() + Send + 'static) -> io::Result<Self> {
+    /// A batch of one [`FdKind::Conn`] is not filed: it goes to `conns`, a
+    /// restarted shim's new ttrpc connection.
+    pub fn spawn(
+        sock: OwnedFd,
+        conns: tokio::sync::mpsc::UnboundedSender<OwnedFd>,
+        on_close: impl FnOnce() + Send + 'static,
+    ) -> io::Result<Self> {
         nonblocking(&sock)?;
         let sock = register(sock)?;
         let ch = FdChannel {
@@ -78,6 +84,10 @@ impl FdChannel {
         tokio::spawn(async move {
             let why = loop {
                 match recv(&sock).await {
+                    Ok((h, mut fds)) if h.fds == [FdKind::Conn] && fds.len() == 1 => {
+                        crate::info!("a restarted shim connects anew");
+                        let _ = conns.send(fds.remove(0));
+                    }
                     Ok((h, fds)) => reader.file(h, fds),
                     Err(FdPassError::Closed) => break "the shim closed it".to_string(),
                     // A malformed batch is dropped (its fds are owned and so closed).

@@ -3,7 +3,8 @@
 //! parent), plus, for rund, every other descendant of the shim that is not
 //! the workload (the agent, its direct child, and the container inits).
 //! Each shim is weighed once, and the sum is shared by the pods found: with
-//! rund's per-node mode one shim serves them all.
+//! rund's per-node mode one shim serves them all, and its keeper (the node
+//! shim's parent, `rund-keeper`) is weighed as part of the shim.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -22,6 +23,18 @@ pub fn measure(task_pids: &[u32], workload_binary: &Path) -> Density {
                 d.pods += 1;
             }
             None => d.unresolved += 1,
+        }
+    }
+    let keepers: BTreeSet<u32> = shims
+        .iter()
+        .filter_map(|&s| procfs::ppid_of(s))
+        .filter(|&p| procfs::comm_of(p).as_deref() == Some("rund-keeper") && !shims.contains(&p))
+        .collect();
+    for &keeper in &keepers {
+        if let Some(m) = procfs::mem_of(keeper) {
+            d.shim_processes += 1;
+            d.shim_total += m;
+            d.shim_threads += procfs::threads_of(keeper).unwrap_or(0);
         }
     }
     let children = procfs::children_map();

@@ -104,6 +104,19 @@ impl ContainerCgroup {
         })
     }
 
+    /// The cgroup of a running container this process did not create (a
+    /// node shim restarted); removed, not pooled, at Delete.
+    pub fn load(cgroups: &Cgroups, path: &str) -> Result<Self, CgroupError> {
+        let mgr = cgroups.load(path).map_err(|source| CgroupError {
+            path: path.to_string(),
+            source,
+        })?;
+        Ok(ContainerCgroup {
+            mgr,
+            path: path.to_string(),
+        })
+    }
+
     /// v2: a directory fd the agent can start the init in
     /// (`clone3(CLONE_INTO_CGROUP)`); `None` on v1.
     pub fn dir_fd(&self) -> Option<std::os::fd::OwnedFd> {

@@ -15,6 +15,7 @@ use containerd_shim_protos::ttrpc::{Request, Response, Result};
 use crate::task::Service;
 
 struct Active {
+    name: String,
     inner: Box<dyn MethodHandler + Send + Sync>,
     svc: Arc<Service>,
 }
@@ -22,7 +23,9 @@ struct Active {
 #[async_trait]
 impl MethodHandler for Active {
     async fn handler(&self, ctx: TtrpcContext, req: Request) -> Result<Response> {
+        tracing::debug!(method = %self.name, "request");
         let r = self.inner.handler(ctx, req).await;
+        tracing::debug!(method = %self.name, ok = r.is_ok(), "answered");
         let ms = self.svc.config().idle.trim_after_ms;
         rund_sys::trim::activity(Duration::from_millis(ms));
         r
@@ -37,6 +40,7 @@ pub fn count(services: &mut HashMap<String, TtrpcService>, svc: &Arc<Service>) {
             .into_iter()
             .map(|(name, inner)| {
                 let wrapped: Box<dyn MethodHandler + Send + Sync> = Box::new(Active {
+                    name: name.clone(),
                     inner,
                     svc: svc.clone(),
                 });

@@ -103,23 +103,39 @@ pub(super) struct PodServer {
 /// Binds `socket` (root only) and serves `service` on it as task v2, task v3
 /// and the sandbox API.
 pub(super) async fn open_pod(socket: &str, service: Arc<Service>) -> Result<PodServer, EntryError> {
+    let (path, listener) = bind_pod(socket)?;
+    let listener = match Listener::try_from(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = std::fs::remove_file(&path);
+            return Err(EntryError::Listener(e));
+        }
+    };
+    serve_pod(path, listener, service).await
+}
+
+/// Binds a pod's socket, which only root (containerd) may connect to, as
+/// with runc's shim.
+pub(super) fn bind_pod(socket: &str) -> Result<(String, UnixListener), EntryError> {
     let path = socket.trim_start_matches("unix://").to_string();
     if let Some(dir) = Path::new(&path).parent() {
         std::fs::create_dir_all(dir).map_err(socket_err("mkdir", &dir.display().to_string()))?;
     }
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path).map_err(socket_err("bind", &path))?;
-    // Only root (containerd) may drive the shim, as with runc's shim.
-    let opened = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-        .map_err(socket_err("chmod", &path))
-        .and_then(|()| Listener::try_from(listener).map_err(EntryError::Listener));
-    let listener = match opened {
-        Ok(l) => l,
-        Err(e) => {
-            let _ = std::fs::remove_file(&path);
-            return Err(e);
-        }
-    };
+    if let Err(e) = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)) {
+        let _ = std::fs::remove_file(&path);
+        return Err(socket_err("chmod", &path)(e));
+    }
+    Ok((path, listener))
+}
+
+/// Serves `service` on the connections `listener` yields.
+pub(super) async fn serve_pod(
+    path: String,
+    listener: Listener,
+    service: Arc<Service>,
+) -> Result<PodServer, EntryError> {
     let task: Arc<dyn containerd_shim_protos::shim_async::Task + Send + Sync> =
         Arc::new(crate::task::TaskHandler(service.clone()));
     let mut services = create_task(task.clone());

@@ -1,7 +1,7 @@
 //! The shim's handle on a running agent: ttrpc client on the socketpair,
 //! fd side channel, and the agent's host pid.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -14,6 +14,8 @@ use super::SandboxError;
 
 pub struct Agent {
     pub pid: i32,
+    /// The ttrpc socket's number; the client owns it for the agent's life.
+    conn_raw: RawFd,
     client: AgentClient,
     /// The side channel and the last batch number: a batch is numbered and
     /// sent under this lock, so batches arrive in number order.
@@ -44,12 +46,40 @@ pub struct FdBatch<'a> {
 impl Agent {
     /// Connects over the inherited socketpair and checks the protocol version.
     pub async fn connect(spawned: Spawned) -> Result<Agent, SandboxError> {
-        let client = rund_proto::conn::client(spawned.conn)
+        Self::open(spawned.pid, spawned.conn, spawned.fdpass, 0).await
+    }
+
+    /// Takes over an agent a dead node shim served. A new ttrpc connection
+    /// goes over the fd side channel: the old one may still carry answers to
+    /// the dead shim's requests, which would reach a new client under its
+    /// own stream ids. Batches number from `seq_base`, above any the dead
+    /// shim sent.
+    pub async fn adopt(pid: i32, fdpass: OwnedFd, seq_base: u64) -> Result<Agent, SandboxError> {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+            .map_err(|e| SandboxError::Spawn(format!("socketpair: {e}")))?;
+        let header = FdHeader {
+            seq: seq_base,
+            fds: vec![FdKind::Conn],
+        };
+        fdpass::send(fdpass.as_fd(), &header, &[theirs.as_fd()])?;
+        drop(theirs);
+        Self::open(pid, ours.into(), fdpass, seq_base).await
+    }
+
+    async fn open(
+        pid: i32,
+        conn: OwnedFd,
+        fdpass: OwnedFd,
+        seq: u64,
+    ) -> Result<Agent, SandboxError> {
+        let conn_raw = conn.as_raw_fd();
+        let client = rund_proto::conn::client(conn)
             .map_err(|e| SandboxError::Spawn(format!("agent connection: {e}")))?;
         let agent = Agent {
-            pid: spawned.pid,
+            pid,
+            conn_raw,
             client: AgentClient::new(client),
-            fdpass: Mutex::new((spawned.fdpass, 0)),
+            fdpass: Mutex::new((fdpass, seq)),
         };
         let req = rund_proto::PingRequest {
             protocol_version: PROTOCOL_VERSION,
@@ -57,6 +87,20 @@ impl Agent {
         };
         agent.client.ping(ctx(), &req).await.map_err(rpc("Ping"))?;
         Ok(agent)
+    }
+
+    /// Copies of the ttrpc socket and the fd side channel, for the node's
+    /// keeper: while it holds them, the agent outlives this process.
+    pub fn dup_fds(&self) -> std::io::Result<[OwnedFd; 2]> {
+        // SAFETY: the client owns `conn_raw` and lives as long as `self`.
+        let conn = unsafe { BorrowedFd::borrow_raw(self.conn_raw) }.try_clone_to_owned()?;
+        let fdpass = self
+            .fdpass
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .try_clone()?;
+        Ok([conn, fdpass])
     }
 
     /// Sends one fd batch; returns its number.

@@ -6,6 +6,7 @@
 //! exits: we are a subreaper).
 
 pub mod agent;
+pub mod fostered;
 pub mod pidmap;
 pub mod spawn;
 pub mod warm;
@@ -86,6 +87,9 @@ pub struct Sandbox {
     pub host_pid: bool,
     ns_ids: HashMap<String, (u64, u64)>,
     exit: watch::Sender<Option<(u32, i64)>>,
+    /// The node keeper's copies of the agent's sockets (per-node mode),
+    /// given back when the sandbox goes.
+    pub kept: std::sync::Mutex<Option<Box<dyn Send + Sync>>>,
 }
 
 impl Sandbox {
@@ -130,10 +134,30 @@ impl Sandbox {
         Self::serve(agent, about, None)
     }
 
+    /// Serves an agent a dead node shim started (see [`Agent::adopt`]); its
+    /// exit status comes from `fostered`, as the keeper reaps it.
+    pub fn adopt(
+        agent: Agent,
+        about: About,
+        userns_info: Option<UsernsInfo>,
+        fostered: Arc<fostered::Fostered>,
+    ) -> Result<Arc<Sandbox>, SandboxError> {
+        Self::serve_with(agent, about, userns_info, Some(fostered))
+    }
+
     fn serve(
         agent: Agent,
         about: About,
         userns_info: Option<UsernsInfo>,
+    ) -> Result<Arc<Sandbox>, SandboxError> {
+        Self::serve_with(agent, about, userns_info, None)
+    }
+
+    fn serve_with(
+        agent: Agent,
+        about: About,
+        userns_info: Option<UsernsInfo>,
+        fostered: Option<Arc<fostered::Fostered>>,
     ) -> Result<Arc<Sandbox>, SandboxError> {
         let pid = agent.pid;
         let mut ns_ids = HashMap::new();
@@ -158,8 +182,9 @@ impl Sandbox {
             host_pid: about.host_pid,
             ns_ids,
             exit: watch::channel(None).0,
+            kept: Default::default(),
         });
-        if let Err(e) = watch_agent(sandbox.clone()) {
+        if let Err(e) = watch_agent(sandbox.clone(), fostered) {
             spawn::kill_and_reap(pid);
             return Err(e);
         }
@@ -231,7 +256,10 @@ impl Sandbox {
 }
 
 /// Reaps the agent when it exits and records its status.
-fn watch_agent(sandbox: Arc<Sandbox>) -> Result<(), SandboxError> {
+fn watch_agent(
+    sandbox: Arc<Sandbox>,
+    fostered: Option<Arc<fostered::Fostered>>,
+) -> Result<(), SandboxError> {
     let pid = sandbox.pid();
     let pidfd = rund_sys::process::pidfd_open(pid).map_err(|e| {
         SandboxError::Spawn(format!("pidfd_open({pid}): {}", std::io::Error::from(e)))
@@ -239,9 +267,10 @@ fn watch_agent(sandbox: Arc<Sandbox>) -> Result<(), SandboxError> {
     let fd = crate::io::async_fd(pidfd).map_err(|e| SandboxError::Spawn(format!("pidfd: {e}")))?;
     tokio::spawn(async move {
         let _ = fd.readable().await;
-        let status = match waitpid(Pid::from_raw(pid), None) {
-            Ok(WaitStatus::Exited(_, code)) => code as u32,
-            Ok(WaitStatus::Signaled(_, sig, _)) => 128 + sig as u32,
+        let status = match (&fostered, waitpid(Pid::from_raw(pid), None)) {
+            (_, Ok(WaitStatus::Exited(_, code))) => code as u32,
+            (_, Ok(WaitStatus::Signaled(_, sig, _))) => 128 + sig as u32,
+            (Some(f), Err(nix::errno::Errno::ECHILD)) => f.status(pid).await,
             _ => 255,
         };
         tracing::info!(sandbox = %sandbox.id, pid, status, "sandbox agent exited");

@@ -77,7 +77,12 @@ pub async fn start(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<StartR
     })
 }
 
-fn spawn_exit_watch(svc: Arc<Service>, c: Arc<Container>, p: Arc<Process>, sb: Arc<Sandbox>) {
+pub(super) fn spawn_exit_watch(
+    svc: Arc<Service>,
+    c: Arc<Container>,
+    p: Arc<Process>,
+    sb: Arc<Sandbox>,
+) {
     tokio::spawn(async move {
         let exit = if c.is_pod_sandbox {
             let (status, at_ns) = sb.wait_exit().await;
@@ -110,6 +115,7 @@ fn spawn_exit_watch(svc: Arc<Service>, c: Arc<Container>, p: Arc<Process>, sb: A
         // Only now may Wait return and Delete run: TaskDelete can never
         // precede TaskExit.
         p.set_exit(e);
+        svc.persist().await;
     });
 }
 

@@ -17,6 +17,7 @@ pub mod publish;
 mod remap;
 mod resources;
 pub use resources::stats_any;
+pub mod snapshot;
 mod spawn;
 pub mod state;
 mod undo;
@@ -51,6 +52,10 @@ pub struct Service {
     cgroups: std::sync::Mutex<Option<Arc<rund_cgroup::Cgroups>>>,
     /// The node's warm agents (per-node mode), set once when the pod is admitted.
     pub(crate) warm: std::sync::OnceLock<Arc<crate::sandbox::warm::WarmPool>>,
+    /// Per-node mode: the pod's record and its keeper.
+    pub node: std::sync::OnceLock<snapshot::NodeLink>,
+    /// The config path the first container's options named.
+    config_in_force: std::sync::Mutex<Option<std::path::PathBuf>>,
 }
 
 impl Service {
@@ -71,6 +76,8 @@ impl Service {
             exit,
             debug,
             warm: std::sync::OnceLock::new(),
+            node: std::sync::OnceLock::new(),
+            config_in_force: Default::default(),
         }
     }
 
@@ -82,6 +89,20 @@ impl Service {
     pub(crate) fn use_config(&self, config: RundConfig) {
         crate::phase_layer::set_active(config.trace.phases_file.is_some());
         *self.config.write().expect("config lock") = Arc::new(config);
+    }
+
+    pub(crate) fn config_in_force(&self) -> Option<std::path::PathBuf> {
+        self.config_in_force
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn set_config_in_force(&self, path: std::path::PathBuf) {
+        *self
+            .config_in_force
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(path);
     }
 
     /// The node's cgroup set-up, found once. Only success is kept: a transient
@@ -175,16 +196,19 @@ impl Task for TaskHandler {
         if let Err(e) = &r {
             tracing::error!(id, "create failed: {e}");
         }
+        self.0.persist().await;
         Ok(r?)
     }
 
     async fn start(&self, _ctx: &TtrpcContext, req: StartRequest) -> TtrpcResult<StartResponse> {
         let r = lifecycle::start(&self.0, &req.id, &req.exec_id).await;
+        self.0.persist().await;
         Ok(r?)
     }
 
     async fn delete(&self, _ctx: &TtrpcContext, req: DeleteRequest) -> TtrpcResult<DeleteResponse> {
         let r = lifecycle::delete(&self.0, &req.id, &req.exec_id).await;
+        self.0.persist().await;
         Ok(r?)
     }
 
@@ -233,7 +257,9 @@ impl Task for TaskHandler {
     }
 
     async fn exec(&self, _ctx: &TtrpcContext, req: ExecProcessRequest) -> TtrpcResult<Empty> {
-        exec::exec(&self.0, req).await?;
+        let r = exec::exec(&self.0, req).await;
+        self.0.persist().await;
+        r?;
         Ok(Empty::new())
     }
 
@@ -258,12 +284,16 @@ impl Task for TaskHandler {
     }
 
     async fn pause(&self, _ctx: &TtrpcContext, req: PauseRequest) -> TtrpcResult<Empty> {
-        resources::pause(&self.0, &req.id).await?;
+        let r = resources::pause(&self.0, &req.id).await;
+        self.0.persist().await;
+        r?;
         Ok(Empty::new())
     }
 
     async fn resume(&self, _ctx: &TtrpcContext, req: ResumeRequest) -> TtrpcResult<Empty> {
-        resources::resume(&self.0, &req.id).await?;
+        let r = resources::resume(&self.0, &req.id).await;
+        self.0.persist().await;
+        r?;
         Ok(Empty::new())
     }
 
@@ -294,7 +324,9 @@ pub async fn create_sandbox(
     svc: &Arc<Service>,
     req: CreateTaskRequest,
 ) -> Result<CreateTaskResponse, ShimError> {
-    create::create_with(svc, req, false).await
+    let r = create::create_with(svc, req, false).await;
+    svc.persist().await;
+    r
 }
 
 /// The sandbox API's ShutdownSandbox: the agent torn down, the sandbox's
@@ -304,6 +336,7 @@ pub async fn remove_sandbox(svc: &Arc<Service>, id: &str) -> Result<(), ShimErro
         sb.teardown(sb.grace).await;
     }
     let c = svc.containers.lock().await.remove(id);
+    svc.persist().await;
     if let Some(cg) = c.as_ref().and_then(|c| c.cgroup.as_ref()) {
         cg.destroy().await?;
     }

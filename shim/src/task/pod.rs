@@ -69,6 +69,7 @@ pub fn claim_first<'a>(svc: &'a Service, req: &CreateTaskRequest) -> Result<Clai
     let claim = claim(&svc.sandbox, &req.id)?;
     if let Some(path) = super::options::config_path(req.options.as_ref())? {
         svc.use_config(crate::config::RundConfig::load(Some(Path::new(&path)))?);
+        svc.set_config_in_force(path.into());
     }
     Ok(claim)
 }
@@ -164,6 +165,7 @@ pub async fn start(
     crate::failpoint::hit("create:sandbox", id);
     crate::record::agent(bundle, sb.pid());
     claim.fulfil(sb.clone());
+    svc.keep_agent(&sb);
     let (s, b) = (svc.clone(), sb.clone());
     undo.push("sandbox", async move {
         if let Some(sb) = s.take_sandbox() {

@@ -8,6 +8,7 @@
 //! The node's shim leaves when it has served no pod for a while, under the
 //! same lock, so a `start` never hands a pod to a shim on its way out.
 
+pub mod keeper;
 pub mod server;
 pub mod wire;
 
@@ -79,7 +80,8 @@ pub fn hand_over(
 fn spawn(flags: &Flags, state_dir: &Path, control: &str) -> Result<(), EntryError> {
     let (flags, path) = (flags.clone(), control.to_string());
     let log = log_path(state_dir, control);
-    let (child, out) = super::start::fork_server(move || server::main(flags, path, log))?;
+    let (child, out) =
+        super::start::fork_server(move || keeper::main(flags, path, log, server::main))?;
     super::start::await_listening(child, out, control)
 }
 

@@ -4,6 +4,7 @@
 //! shim would exit; the process leaves after [`LINGER`] without pods.
 
 use std::collections::HashMap;
+use std::os::fd::AsFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -16,12 +17,17 @@ use tokio::sync::Notify;
 use super::super::error::EntryError;
 use super::super::flags::Flags;
 use super::super::serve;
+use super::keeper::adopt;
+use super::keeper::stash::{Item, Stash};
+use super::keeper::Handoff;
 use super::wire::{self, PodRequest};
 use crate::config::RundConfig;
+use crate::sandbox::fostered::Fostered;
 use crate::sandbox::warm::{Template, WarmPool};
 use crate::task::events::Events;
 use crate::task::exit_signal::ExitSignal;
 use crate::task::publish::Publisher;
+use crate::task::snapshot::PodMeta;
 use crate::task::Service;
 
 /// How long the node's shim stays with no pod: pods come and go in bursts.
@@ -31,8 +37,14 @@ const REQUEST_LIMIT: Duration = Duration::from_secs(10);
 /// How long SIGTERM waits for the pods' servers to close.
 const TEARDOWN_LIMIT: Duration = Duration::from_secs(60);
 
-struct Node {
+pub(super) struct Node {
     publisher: Option<Publisher>,
+    /// The keeper's copies of our fds.
+    pub(super) stash: Arc<Stash>,
+    /// Statuses of agents a dead node shim started, as the keeper reaps them.
+    pub(super) fostered: Arc<Fostered>,
+    /// Where each pod's record goes.
+    pub(super) records: PathBuf,
     pods: Mutex<Pods>,
     /// Told when a pod's server has closed.
     changed: Notify,
@@ -41,7 +53,7 @@ struct Node {
 }
 
 #[derive(Default)]
-struct Pods {
+pub(super) struct Pods {
     /// The pods served, by socket address; a pod leaves this map as soon as
     /// its exit signal comes, so the same address can be served anew.
     by_socket: HashMap<String, Arc<Service>>,
@@ -50,7 +62,23 @@ struct Pods {
 }
 
 impl Node {
-    fn pods(&self) -> std::sync::MutexGuard<'_, Pods> {
+    /// Gives `service` the node's warm agents, launching them from its config
+    /// if it is the node's first pod.
+    pub(super) fn share_warm(&self, service: &Service, debug: bool) {
+        let pool = self
+            .warm
+            .get_or_init(|| warm_pool(&service.config(), debug))
+            .clone();
+        if let Some(pool) = pool {
+            let _ = service.warm.set(pool);
+        }
+    }
+
+    pub(super) fn publisher(&self) -> Option<Publisher> {
+        self.publisher.clone()
+    }
+
+    pub(super) fn pods(&self) -> std::sync::MutexGuard<'_, Pods> {
         self.pods.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -70,10 +98,18 @@ impl Node {
     }
 }
 
-/// Runs the node's shim (forked by `start`); its stdout is `start`'s pipe.
-pub fn main(flags: Flags, control: String, log: PathBuf) -> i32 {
+/// Runs the node's shim (forked by its keeper); its stdout is `start`'s pipe
+/// in the first generation.
+pub fn main(flags: Flags, control: String, log: PathBuf, handoff: Handoff) -> i32 {
     super::super::set_subreaper();
     rund_sys::trim::lean_malloc(128 << 10);
+    let replay = match adopt::read_replay(&handoff.stash) {
+        Ok(r) => r,
+        Err(e) => {
+            print!("node keeper: {e}");
+            return 1;
+        }
+    };
     let rt = match tokio::runtime::Builder::new_current_thread()
         .max_blocking_threads(64)
         .thread_keep_alive(Duration::from_millis(500))
@@ -86,7 +122,7 @@ pub fn main(flags: Flags, control: String, log: PathBuf) -> i32 {
             return 1;
         }
     };
-    let r = rt.block_on(run(flags, &control, &log));
+    let r = rt.block_on(run(flags, &control, &log, handoff, replay));
     rt.shutdown_timeout(Duration::from_secs(1));
     match r {
         Ok(()) => 0,
@@ -98,21 +134,54 @@ pub fn main(flags: Flags, control: String, log: PathBuf) -> i32 {
     }
 }
 
-async fn run(flags: Flags, control: &str, log: &Path) -> Result<(), EntryError> {
+async fn run(
+    flags: Flags,
+    control: &str,
+    log: &Path,
+    handoff: Handoff,
+    mut replay: adopt::Replay,
+) -> Result<(), EntryError> {
     // No pod's bundle is this shim's: it must not hold one busy.
     let _ = std::env::set_current_dir("/");
-    open_log(log, flags.debug);
+    let generation = handoff.generation;
+    open_log(log, flags.debug, generation == 0);
     serve::ignore_sigpipe();
     let node = Arc::new(Node {
         publisher: serve::connect_publisher().await?,
+        stash: Stash::new(handoff.stash, replay.next_key(), generation),
+        fostered: Default::default(),
+        records: log.with_extension("pods"),
         pods: Mutex::new(Pods::default()),
         changed: Notify::new(),
         warm: std::sync::OnceLock::new(),
     });
-    let _ = std::fs::remove_file(control);
-    let listener = bind(control)?;
+    adopt::hear_news(handoff.news, node.fostered.clone());
+    let (listener, _kept_control) = match replay.take_control(&node.stash) {
+        Some((std_listener, kept)) => {
+            let _ = std_listener.set_nonblocking(true);
+            let l = UnixListener::from_std(std_listener).map_err(|source| EntryError::Socket {
+                op: "adopt",
+                path: control.to_string(),
+                source,
+            })?;
+            (l, kept)
+        }
+        None => {
+            let _ = std::fs::remove_file(control);
+            let l = bind(control)?;
+            let kept = node.stash.keep(Item::Control, &[l.as_fd()]);
+            (l, kept)
+        }
+    };
+    if generation > 0 {
+        adopt::pods(&node, replay).await;
+    } else {
+        // Records of a node that went down with its pods.
+        let _ = std::fs::remove_dir_all(&node.records);
+    }
     serve::signal_started();
-    tracing::info!(control, "rund node shim serving");
+    node.stash.up();
+    tracing::info!(control, generation, "rund node shim serving");
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(EntryError::Runtime)?;
     loop {
@@ -141,15 +210,15 @@ async fn run(flags: Flags, control: &str, log: &Path) -> Result<(), EntryError> 
     Ok(())
 }
 
-fn open_log(log: &Path, debug: bool) {
+fn open_log(log: &Path, debug: bool, fresh: bool) {
     if let Some(dir) = log.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
-    // A node's log starts with its process; earlier ones are replaced.
+    // A node's log starts with its keeper; earlier ones are replaced.
     let _ = std::fs::OpenOptions::new()
         .create(true)
         .write(true)
-        .truncate(true)
+        .truncate(fresh)
         .mode(0o600)
         .open(log);
     crate::logging::init(log, debug);
@@ -227,20 +296,49 @@ async fn admit(node: &Arc<Node>, req: PodRequest) -> Result<(), String> {
         RundConfig::load(req.config_path.as_deref().map(Path::new)).map_err(|e| e.to_string())?;
     let exit = Arc::new(ExitSignal::default());
     let events = Events::new(node.publisher.clone(), req.namespace.clone());
-    let pool = node
-        .warm
-        .get_or_init(|| warm_pool(&config, req.debug))
-        .clone();
     let service = Arc::new(Service::new(config, events, exit.clone(), req.debug));
-    if let Some(pool) = pool {
-        let _ = service.warm.set(pool);
-    }
-    let pod = serve::open_pod(&req.socket, service.clone())
-        .await
-        .map_err(|e| e.to_string())?;
+    node.share_warm(&service, req.debug);
+    let (path, listener) = serve::bind_pod(&req.socket).map_err(|e| e.to_string())?;
+    let meta = PodMeta {
+        socket: req.socket.clone(),
+        namespace: req.namespace.clone(),
+        config_path: req.config_path.clone(),
+        debug: req.debug,
+    };
+    let kept = node.stash.keep(
+        Item::Pod {
+            socket: req.socket.clone(),
+        },
+        &[listener.as_fd()],
+    );
+    adopt::link(node, &service, meta);
+    service.persist().await;
+    let accepts =
+        adopt::accepts(node, &req.socket, Vec::new(), listener, kept).map_err(|e| e.to_string())?;
+    let pod = match serve::serve_pod(path, accepts, service.clone()).await {
+        Ok(p) => p,
+        Err(e) => {
+            adopt::forget(&service);
+            return Err(e.to_string());
+        }
+    };
+    serve_until_exit(node, req.socket, service, exit, pod);
+    Ok(())
+}
+
+/// Counts the pod in, and out again once its exit signal has come and its
+/// server has closed.
+pub(super) fn serve_until_exit(
+    node: &Arc<Node>,
+    socket: String,
+    service: Arc<Service>,
+    exit: Arc<ExitSignal>,
+    pod: serve::PodServer,
+) {
+    let req_socket = socket;
     let served = {
         let mut pods = node.pods();
-        pods.by_socket.insert(req.socket.clone(), service.clone());
+        pods.by_socket.insert(req_socket.clone(), service.clone());
         pods.servers += 1;
         pods.servers
     };
@@ -249,14 +347,15 @@ async fn admit(node: &Arc<Node>, req: PodRequest) -> Result<(), String> {
     tokio::spawn(async move {
         exit.wait().await;
         pod.unlink();
+        adopt::forget(&service);
         {
             let mut pods = node.pods();
             if pods
                 .by_socket
-                .get(&req.socket)
+                .get(&req_socket)
                 .is_some_and(|s| Arc::ptr_eq(s, &service))
             {
-                pods.by_socket.remove(&req.socket);
+                pods.by_socket.remove(&req_socket);
             }
         }
         pod.close(&service).await;
@@ -265,10 +364,9 @@ async fn admit(node: &Arc<Node>, req: PodRequest) -> Result<(), String> {
             pods.servers -= 1;
             pods.servers
         };
-        tracing::info!(socket = %req.socket, pods = left, "pod closed");
+        tracing::info!(socket = %req_socket, pods = left, "pod closed");
         node.changed.notify_waiters();
     });
-    Ok(())
 }
 
 /// The node's warm agents, from the config of its first pod; they start

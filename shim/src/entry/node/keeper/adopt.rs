@@ -1,0 +1,248 @@
+//! A node shim started by its keeper after the last one died: it takes the
+//! kept fds back ([`Replay`]) and serves each pod on, from the pod's record
+//! and its agent. Also the parts every pod's server shares with a fresh
+//! node: keeping its socket and containerd's connections, linking its
+//! `Service` to its record.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::{UnixListener as StdListener, UnixStream as StdStream};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use containerd_shim_protos::ttrpc::r#async::transport::Listener;
+use futures::stream::{self, StreamExt};
+use tokio::net::{UnixListener, UnixStream};
+
+use super::stash::{self, Item, Kept, KeptStream, Msg, Stash};
+use crate::entry::node::server::{serve_until_exit, Node};
+use crate::sandbox::fostered::Fostered;
+use crate::sandbox::Agent;
+use crate::task::events::Events;
+use crate::task::exit_signal::ExitSignal;
+use crate::task::snapshot::{self, NodeLink, PodMeta};
+use crate::task::Service;
+
+/// What the keeper handed over, by key.
+#[derive(Default)]
+pub struct Replay {
+    /// Key, item, fds, and the frames of long polls open on a connection.
+    items: Vec<(u64, Item, Vec<OwnedFd>, Vec<u8>)>,
+    generation: u64,
+}
+
+impl Replay {
+    /// The first key this shim may use: above every replayed one.
+    pub fn next_key(&self) -> u64 {
+        self.items.iter().map(|(k, ..)| k + 1).max().unwrap_or(1)
+    }
+
+    /// The control socket, if the keeper holds it.
+    pub fn take_control(&mut self, stash: &Arc<Stash>) -> Option<(StdListener, Kept)> {
+        let i = self
+            .items
+            .iter()
+            .position(|(_, it, ..)| *it == Item::Control)?;
+        let (key, _, mut fds, _) = self.items.remove(i);
+        Some((StdListener::from(fds.remove(0)), stash.kept(key)))
+    }
+}
+
+/// Reads the keeper's replay, up to its end.
+pub fn read_replay(sock: &OwnedFd) -> Result<Replay, String> {
+    let mut replay = Replay::default();
+    loop {
+        match stash::recv(sock.as_fd()).map_err(|e| e.to_string())? {
+            (Msg::Keep { key, item, pending }, fds) if fds.len() == item.fds() => {
+                replay.items.push((key, item, fds, pending.concat()))
+            }
+            (Msg::Done { generation }, _) => {
+                replay.generation = generation;
+                return Ok(replay);
+            }
+            (other, _) => return Err(format!("unexpected in the replay: {other:?}")),
+        }
+    }
+}
+
+/// Files the keeper's word on reaped agents.
+pub fn hear_news(news: OwnedFd, fostered: Arc<Fostered>) {
+    // Ours alone: the keeper's end is another open file.
+    let news = std::os::unix::net::UnixDatagram::from(news);
+    if news.set_nonblocking(true).is_err() {
+        return;
+    }
+    let Ok(fd) = crate::io::async_fd(news.into()) else {
+        return;
+    };
+    tokio::spawn(async move {
+        loop {
+            let Ok(mut ready) = fd.readable().await else {
+                return;
+            };
+            match stash::recv(fd.get_ref().as_fd()) {
+                Ok((Msg::Reaped { pid, status }, _)) => fostered.record(pid, status),
+                Ok(_) => {}
+                Err(rund_proto::fdpass::FdPassError::Io(nix::errno::Errno::EAGAIN)) => {
+                    ready.clear_ready()
+                }
+                Err(_) => return,
+            }
+        }
+    });
+}
+
+/// Links a pod's service to its record and to the keeper.
+pub(in crate::entry::node) fn link(node: &Arc<Node>, service: &Arc<Service>, pod: PodMeta) {
+    let stash = node.stash.clone();
+    let socket = pod.socket.clone();
+    let link = NodeLink {
+        record: record_path(node, &pod.socket),
+        pod,
+        keep_agent: Box::new(move |agent: &Agent| {
+            let fds = agent
+                .dup_fds()
+                .inspect_err(|e| tracing::warn!("keeping agent fds: {e}"))
+                .ok()?;
+            let item = Item::Agent {
+                socket: socket.clone(),
+                pid: agent.pid,
+            };
+            let kept = stash.keep(item, &[fds[0].as_fd(), fds[1].as_fd()]);
+            Some(Box::new(kept) as Box<dyn Send + Sync>)
+        }),
+    };
+    let _ = service.node.set(link);
+}
+
+/// The pod is gone: its record too.
+pub fn forget(service: &Service) {
+    if let Some(link) = service.node.get() {
+        let _ = std::fs::remove_file(&link.record);
+    }
+}
+
+fn record_path(node: &Node, socket: &str) -> PathBuf {
+    let name = socket.rsplit('/').next().unwrap_or(socket);
+    node.records.join(format!("{name}.json"))
+}
+
+/// Containerd's connections to a pod: those kept from before, then each one
+/// accepted, kept with the keeper while open. `listener_kept` lives as long
+/// as the listener.
+pub(in crate::entry::node) fn accepts(
+    node: &Arc<Node>,
+    socket: &str,
+    adopted: Vec<(StdStream, Kept, Vec<u8>)>,
+    listener: StdListener,
+    listener_kept: Kept,
+) -> std::io::Result<Listener> {
+    listener.set_nonblocking(true)?;
+    let listener = UnixListener::from_std(listener)?;
+    let mut old = Vec::new();
+    for (s, kept, replayed) in adopted {
+        s.set_nonblocking(true)?;
+        old.push(Ok(KeptStream::new(
+            UnixStream::from_std(s)?,
+            kept,
+            replayed,
+        )));
+    }
+    let (stash, socket) = (node.stash.clone(), socket.to_string());
+    let new = stream::unfold((listener, listener_kept), move |(listener, kept)| {
+        let (stash, socket) = (stash.clone(), socket.clone());
+        async move {
+            let conn = listener.accept().await.map(|(s, _)| {
+                let k = stash.keep(Item::Conn { socket }, &[s.as_fd()]);
+                KeptStream::new(s, k, Vec::new())
+            });
+            Some((conn, (listener, kept)))
+        }
+    });
+    Ok(Listener::new(stream::iter(old).chain(new)))
+}
+
+/// Serves every pod the replay has a socket and a record for; what has no
+/// record (the pod closed as the last shim died) is let go.
+pub(in crate::entry::node) async fn pods(node: &Arc<Node>, replay: Replay) {
+    let generation = replay.generation;
+    let mut by_socket: HashMap<String, PodFds> = HashMap::new();
+    for (key, item, mut fds, replayed) in replay.items {
+        let kept = node.stash.kept(key);
+        match item {
+            Item::Pod { socket } => {
+                by_socket.entry(socket).or_default().listener =
+                    Some((StdListener::from(fds.remove(0)), kept))
+            }
+            Item::Conn { socket } => by_socket.entry(socket).or_default().conns.push((
+                StdStream::from(fds.remove(0)),
+                kept,
+                replayed,
+            )),
+            Item::Agent { socket, pid } => {
+                by_socket.entry(socket).or_default().agent = Some((pid, fds, kept))
+            }
+            Item::Control => {}
+        }
+    }
+    for (socket, fds) in by_socket {
+        match pod(node, &socket, fds, generation).await {
+            Ok(()) => tracing::info!(%socket, "pod adopted"),
+            Err(e) => tracing::warn!(%socket, "pod not adopted: {e}"),
+        }
+    }
+}
+
+#[derive(Default)]
+struct PodFds {
+    listener: Option<(StdListener, Kept)>,
+    conns: Vec<(StdStream, Kept, Vec<u8>)>,
+    agent: Option<(i32, Vec<OwnedFd>, Kept)>,
+}
+
+async fn pod(node: &Arc<Node>, socket: &str, fds: PodFds, generation: u64) -> Result<(), String> {
+    let (listener, listener_kept) = fds.listener.ok_or("no listening socket kept")?;
+    let path = record_path(node, socket);
+    let record = snapshot::read_record(&path).map_err(|e| format!("record: {e}"))?;
+    let config = crate::config::RundConfig::load(
+        record.pod.config_path.as_deref().map(std::path::Path::new),
+    )
+    .map_err(|e| e.to_string())?;
+    let exit = Arc::new(ExitSignal::default());
+    let events = Events::new(node.publisher(), record.pod.namespace.clone());
+    let service = Arc::new(Service::new(config, events, exit.clone(), record.pod.debug));
+    link(node, &service, record.pod.clone());
+    node.share_warm(&service, record.pod.debug);
+    let agent = match fds.agent {
+        Some((pid, mut fds, kept)) => {
+            let fdpass = fds.remove(1);
+            drop(fds);
+            // Batches number above any the dead shim sent.
+            let agent = Agent::adopt(pid, fdpass, generation << 40)
+                .await
+                .map_err(|e| format!("agent {pid}: {e}"))?;
+            drop(kept);
+            Some(agent)
+        }
+        None => None,
+    };
+    let agent = agent.map(|a| {
+        let kept = (service.node.get().expect("linked").keep_agent)(&a);
+        (a, kept.unwrap_or_else(|| Box::new(())))
+    });
+    service
+        .restore(&record, agent, node.fostered.clone())
+        .await?;
+    service.persist().await;
+    let accepts =
+        accepts(node, socket, fds.conns, listener, listener_kept).map_err(|e| e.to_string())?;
+    let pod = crate::entry::serve::serve_pod(
+        socket.trim_start_matches("unix://").to_string(),
+        accepts,
+        service.clone(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    serve_until_exit(node, socket.to_string(), service, exit, pod);
+    Ok(())
+}

@@ -1,0 +1,290 @@
+//! The node's shim dies and its pods run on (per-node mode): its keeper holds containerd's
+//! connections and the agents' sockets, starts the next node shim, and that one serves each
+//! pod on from its record and its agent. Killing the keeper ends every pod, as before.
+//!
+//! Skipped (with a message) until rund's binaries are built; `RUND_REQUIRE_BINS=1` makes that
+//! a failure.
+
+use std::time::{Duration, Instant};
+
+use rund_tests::leaks::shim_processes;
+use rund_tests::pernode::*;
+use rund_tests::{
+    assert_no_leaks_within, ContainerSpec, Containerd, ContainerdOpts, LeakSnapshot, PodSpec,
+    BUSYBOX_IMAGE,
+};
+
+fn start(test: &str) -> Option<Containerd> {
+    Containerd::start_rund_or_skip(test, per_node(ContainerdOpts::new()))
+}
+
+/// Whether the node's shim of `generation` serves, within [`GRACE`].
+fn serves(ctd: &Containerd, generation: u64) -> bool {
+    let line = "serving control=";
+    let gen = format!("generation={generation}");
+    let deadline = Instant::now() + GRACE;
+    loop {
+        let log = node_log(ctd);
+        if log.lines().any(|l| l.contains(line) && l.contains(&gen)) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The keeper's open fds, once the count has held for a moment (pods close in the background).
+fn settled_fds(keeper: u32) -> usize {
+    let count = || {
+        std::fs::read_dir(format!("/proc/{keeper}/fd"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    let mut last = count();
+    let deadline = Instant::now() + GRACE;
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = count();
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
+fn task_line(ctd: &Containerd, id: &str) -> String {
+    let out = ctd.ctr(&["task", "ls"]).unwrap();
+    out.stdout
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(id))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// SIGKILL the node shim: the running container keeps its pid and answers exec, one that
+/// exits meanwhile reports its status, a new pod is served, and Delete cleans up.
+#[test]
+fn pods_run_on_after_the_node_shim_is_killed() {
+    let Some(ctd) = start("pods_run_on_after_the_node_shim_is_killed") else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+    run_detached(&ctd, "r1", &rootfs);
+    let out = ctd
+        .run_spec(&rund_tests::RunSpec {
+            detach: true,
+            ..spec(&ctd, "r2", &rootfs, &["sh", "-c", "sleep 2; exit 7"])
+        })
+        .unwrap();
+    assert!(out.success(), "{out:?}");
+    let task = task_pid(&ctd, "r1");
+    let node = shim_of(task).unwrap();
+    let (keeper, _) = ppid_and_comm(node).unwrap();
+    kill9(node);
+
+    let new = new_node(keeper, node).unwrap_or_else(|| {
+        let ps = std::process::Command::new("ps")
+            .args(["-eo", "pid,ppid,stat,comm"])
+            .output()
+            .unwrap();
+        let status = std::fs::read_to_string(format!("/proc/{keeper}/status")).unwrap_or_default();
+        let wchan = std::fs::read_to_string(format!("/proc/{keeper}/wchan")).unwrap_or_default();
+        let fds = std::process::Command::new("ls").args(["-l", &format!("/proc/{keeper}/fd")]).output().unwrap();
+        panic!(
+            "no new node shim under keeper {keeper} (old {node}):\n{status}\nwchan {wchan}\n{}\n{}\n{}",
+            String::from_utf8_lossy(&fds.stdout),
+            String::from_utf8_lossy(&ps.stdout),
+            node_log(&ctd)
+        )
+    });
+    let log = node_log(&ctd);
+    assert!(log.contains("starting generation 1"), "{log}");
+    assert!(log.contains("pod adopted"), "{log}");
+    assert_eq!(task_pid(&ctd, "r1"), task, "r1 runs on, same pid");
+
+    let exec = ctd
+        .ctr(&["task", "exec", "--exec-id", "e1", "r1", "echo", "after"])
+        .unwrap();
+    assert_eq!(
+        (exec.code(), exec.stdout.as_str()),
+        (0, "after\n"),
+        "{exec:?}"
+    );
+
+    // r2 exits 7 about now, with the new node shim watching.
+    let deadline = Instant::now() + GRACE;
+    while !task_line(&ctd, "r2").contains("STOPPED") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        task_line(&ctd, "r2").contains("STOPPED"),
+        "{}",
+        task_line(&ctd, "r2")
+    );
+    let rm = ctd.ctr(&["task", "rm", "r2"]).unwrap();
+    assert!(rm.success(), "{rm:?}");
+    assert!(ctd.ctr(&["container", "rm", "r2"]).unwrap().success());
+    let held = settled_fds(keeper);
+
+    let out = ctd
+        .run_spec(&spec(&ctd, "r3", &rootfs, &["echo", "new pod"]))
+        .unwrap();
+    assert_eq!(
+        (out.code(), out.stdout.as_str()),
+        (0, "new pod\n"),
+        "{out:?}"
+    );
+    assert_eq!(
+        settled_fds(keeper),
+        held,
+        "the keeper let go of every fd of the pod that came and went"
+    );
+
+    remove(&ctd, "r1");
+    assert!(gone_within(new, GRACE), "the node left with its last pod");
+    assert!(gone_within(keeper, GRACE), "and its keeper");
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
+
+/// An exit while no node shim runs waits in the agent, and is reported once one runs again.
+#[test]
+fn an_exit_while_the_node_is_down_is_reported() {
+    let Some(ctd) = start("an_exit_while_the_node_is_down_is_reported") else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+    run_detached(&ctd, "x1", &rootfs);
+    let task = task_pid(&ctd, "x1");
+    let node = shim_of(task).unwrap();
+    let (keeper, _) = ppid_and_comm(node).unwrap();
+    // Stop the keeper so no restart races the kill of x1's process.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(keeper as i32),
+        nix::sys::signal::Signal::SIGSTOP,
+    )
+    .unwrap();
+    kill9(node);
+    kill9(task);
+    std::thread::sleep(Duration::from_millis(300));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(keeper as i32),
+        nix::sys::signal::Signal::SIGCONT,
+    )
+    .unwrap();
+    let deadline = Instant::now() + GRACE;
+    while !task_line(&ctd, "x1").contains("STOPPED") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        task_line(&ctd, "x1").contains("STOPPED"),
+        "{}\n{}",
+        task_line(&ctd, "x1"),
+        node_log(&ctd)
+    );
+    let rm = ctd.ctr(&["task", "rm", "x1"]).unwrap();
+    assert!(rm.success(), "{rm:?}");
+    assert!(ctd.ctr(&["container", "rm", "x1"]).unwrap().success());
+    assert!(
+        gone_within(keeper, GRACE),
+        "the keeper left with its last pod"
+    );
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
+
+/// Killed, the keeper takes the node shim and every pod with it: containerd cleans up.
+#[test]
+fn a_killed_keeper_ends_every_pod() {
+    let Some(ctd) = start("a_killed_keeper_ends_every_pod") else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+    run_detached(&ctd, "k1", &rootfs);
+    let task = task_pid(&ctd, "k1");
+    let node = shim_of(task).unwrap();
+    let (keeper, _) = ppid_and_comm(node).unwrap();
+    let agents = children_named(node, "rund-agent");
+    kill9(keeper);
+    assert!(
+        gone_within(node, GRACE),
+        "the node shim went with its keeper"
+    );
+    for pid in agents {
+        assert!(gone_within(pid, GRACE), "agent {pid} went too");
+    }
+    assert!(gone_within(task, GRACE));
+    remove(&ctd, "k1");
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
+
+/// A node shim that keeps dying is restarted 5 times within a minute, then the keeper gives
+/// up and every pod goes with it, cleaned up by containerd as after any shim crash.
+#[test]
+fn a_node_shim_that_keeps_dying_takes_its_pods_down() {
+    let Some(ctd) = start("a_node_shim_that_keeps_dying_takes_its_pods_down") else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+    run_detached(&ctd, "d1", &rootfs);
+    let task = task_pid(&ctd, "d1");
+    let mut node = shim_of(task).unwrap();
+    let (keeper, _) = ppid_and_comm(node).unwrap();
+    for restart in 1..=5 {
+        kill9(node);
+        node = new_node(keeper, node).unwrap_or_else(|| panic!("restart {restart}"));
+        // Each generation adopts d1 before the next kill.
+        assert!(serves(&ctd, restart), "{}", node_log(&ctd));
+    }
+    assert_eq!(task_pid(&ctd, "d1"), task, "d1 ran through 5 restarts");
+    kill9(node);
+    assert!(gone_within(keeper, GRACE), "the keeper gave up");
+    assert!(gone_within(task, GRACE), "and d1 went with it");
+    assert!(node_log(&ctd).contains("giving up"), "{}", node_log(&ctd));
+    remove(&ctd, "d1");
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
+
+/// The Kubernetes path: a CRI pod runs on through a node shim restart; exec, stop and remove
+/// work on the new node shim.
+#[test]
+fn a_cri_pod_runs_on_after_the_node_shim_is_killed() {
+    let Some(ctd) = Containerd::start_rund_or_skip(
+        "a_cri_pod_runs_on_after_the_node_shim_is_killed",
+        per_node(ContainerdOpts::new().cri()),
+    ) else {
+        return;
+    };
+    let cri = ctd.cri_client().expect("CRI client");
+    let before = LeakSnapshot::take(&ctd);
+    let pod = PodSpec::new("restart-a", &ctd.cgroup_parent);
+    let pod_id = cri.run_pod_sandbox(&pod, "rund").expect("RunPodSandbox");
+    let work = ContainerSpec::new("work", BUSYBOX_IMAGE, &["sleep", "100000"]);
+    let c = cri
+        .create_and_start(&pod_id, &work, &pod)
+        .expect("container");
+    let shims = shim_processes(&ctd);
+    assert_eq!(shims.len(), 1, "{shims:#?}");
+    let node = shims[0].pid;
+    let (keeper, _) = ppid_and_comm(node).unwrap();
+    kill9(node);
+    let new = new_node(keeper, node).expect("a new node shim");
+    assert!(serves(&ctd, 1), "{}", node_log(&ctd));
+    let r = cri.exec_sync(&c, &["echo", "served"], 10).unwrap();
+    assert_eq!(
+        (r.exit_code, r.stdout.as_slice()),
+        (0, &b"served\n"[..]),
+        "{r:?}\n{}",
+        node_log(&ctd)
+    );
+    cri.stop_pod_sandbox(&pod_id).expect("StopPodSandbox");
+    cri.remove_pod_sandbox(&pod_id).expect("RemovePodSandbox");
+    assert!(gone_within(new, GRACE), "the node left with its last pod");
+    assert!(gone_within(keeper, GRACE), "and its keeper");
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
