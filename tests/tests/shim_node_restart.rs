@@ -101,6 +101,8 @@ fn pods_run_on_after_the_node_shim_is_killed() {
             node_log(&ctd)
         )
     });
+    // Forked is not yet serving: the new node shim adopts the pods first.
+    assert!(serves(&ctd, 1), "{}", node_log(&ctd));
     let log = node_log(&ctd);
     assert!(log.contains("starting generation 1"), "{log}");
     assert!(log.contains("pod adopted"), "{log}");
@@ -286,5 +288,63 @@ fn a_cri_pod_runs_on_after_the_node_shim_is_killed() {
     cri.remove_pod_sandbox(&pod_id).expect("RemovePodSandbox");
     assert!(gone_within(new, GRACE), "the node left with its last pod");
     assert!(gone_within(keeper, GRACE), "and its keeper");
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
+
+/// `ctr run` (with a tty: `-t`; without, ctr feeds its own stdin) in per-node mode: `sh`
+/// reads lines and echoes them back.
+fn interactive(ctd: &Containerd, tty: bool, id: &str) -> rund_tests::containerd::PtyCtr {
+    let rootfs = ctd.busybox_rootfs().unwrap().display().to_string();
+    let cfg = config_flags(ctd);
+    let mut args = vec!["run", "--rm", "--runtime", RUND];
+    if tty {
+        args.push("-t");
+    }
+    args.extend(cfg.iter().map(String::as_str));
+    args.extend(["--env", rund_tests::containerd::ROOTFS_PATH_ENV]);
+    args.extend(["--rootfs", &rootfs, id, "sh", "-c"]);
+    args.push(r#"echo ready; while read l; do echo "got:$l"; done; echo eof"#);
+    let term = ctd.ctr_pty(&args, 24, 80).unwrap();
+    term.wait_output("ready", GRACE).unwrap();
+    term
+}
+
+/// A process's terminal and its stdin are copied on by the next node shim: lines typed after
+/// the restart reach the process and its answers come back; EOF still ends stdin.
+#[test]
+fn a_tty_and_stdin_go_on_after_the_node_shim_is_killed() {
+    let Some(ctd) = start("a_tty_and_stdin_go_on_after_the_node_shim_is_killed") else {
+        return;
+    };
+    let before = LeakSnapshot::take(&ctd);
+    let tty = interactive(&ctd, true, "tt");
+    let stdin = interactive(&ctd, false, "ti");
+    for term in [&tty, &stdin] {
+        term.send(b"one\n").unwrap();
+        term.wait_output("got:one", GRACE).unwrap();
+    }
+    let task = task_pid(&ctd, "tt");
+    let node = shim_of(task).unwrap();
+    let (keeper, _) = ppid_and_comm(node).unwrap();
+    kill9(node);
+    new_node(keeper, node).expect("a new node shim");
+    assert!(serves(&ctd, 1), "{}", node_log(&ctd));
+    for term in [&tty, &stdin] {
+        term.send(b"two\n").unwrap();
+        let out = term.wait_output("got:two", GRACE).unwrap();
+        assert!(out.contains("got:two"), "{out:?}\n{}", node_log(&ctd));
+    }
+    // ^D: ctr closes the stdin FIFO, the process reads EOF and exits 0.
+    stdin.send(b"\x04").unwrap();
+    let (status, out) = stdin.wait(GRACE).unwrap();
+    assert_eq!(status.code(), Some(0), "{out:?}");
+    assert!(out.contains("eof"), "{out:?}");
+    ctd.task_kill("tt", "SIGKILL", false).unwrap();
+    let (status, out) = tty.wait(GRACE).unwrap();
+    assert_eq!(status.code(), Some(137), "{out:?}");
+    assert!(
+        gone_within(keeper, GRACE),
+        "the node left with its last pod"
+    );
     assert_no_leaks_within(&ctd, &before, GRACE);
 }

@@ -7,10 +7,12 @@
 pub mod pty;
 pub mod stdin;
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::os::fd::OwnedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rund_proto::fdpass::FdKind;
@@ -27,6 +29,33 @@ pub enum IoError {
     Scheme(&'static str, String),
     #[error("pty: {0}")]
     Pty(String),
+}
+
+/// A stdio fd the shim copies through (per-node mode: the node's keeper
+/// holds a copy, so a restarted node shim copies on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IoRole {
+    PtyMaster,
+    /// The stdout FIFO a pty's output goes to.
+    PtyOut,
+    /// containerd's stdin FIFO, read end.
+    StdinFifo,
+    /// The write end of the pipe that is a container's stdin.
+    StdinPipe,
+}
+
+/// Gives the kept copy back when dropped.
+pub type KeepGuard = Box<dyn Send + Sync>;
+
+/// Has the node's keeper hold a copy of a stdio fd until the guard drops.
+pub type KeepIo = Arc<dyn Fn(IoRole, BorrowedFd<'_>) -> Option<KeepGuard> + Send + Sync>;
+
+/// The stdio fds of one process a dead node shim left, by role, with guards.
+pub type AdoptedIo = HashMap<IoRole, (OwnedFd, KeepGuard)>;
+
+fn kept(keep: Option<&KeepIo>, role: IoRole, fd: BorrowedFd<'_>) -> Option<KeepGuard> {
+    keep.and_then(|k| k(role, fd))
 }
 
 /// A process's stdio as containerd gave it: FIFO paths and the terminal flag.
@@ -57,10 +86,11 @@ pub struct OpenedStdio {
     pub pty: Option<pty::Pty>,
 }
 
-/// Opens the process's stdio. Nothing stays open on error.
-pub async fn open(paths: &Stdio) -> Result<OpenedStdio, IoError> {
+/// Opens the process's stdio. Nothing stays open on error. `keep`: the fds
+/// the shim copies through go to the node's keeper too.
+pub async fn open(paths: &Stdio, keep: Option<&KeepIo>) -> Result<OpenedStdio, IoError> {
     if paths.terminal {
-        let pty = pty::Pty::open(paths).await?;
+        let pty = pty::Pty::open(paths, keep).await?;
         let slave = pty.take_slave()?;
         return Ok(OpenedStdio {
             pass: vec![(FdKind::Console, slave)],
@@ -79,7 +109,7 @@ pub async fn open(paths: &Stdio) -> Result<OpenedStdio, IoError> {
     }
     let mut stdin = None;
     if !paths.stdin.is_empty() {
-        let (feeder, read_end) = stdin::StdinFeeder::new(&paths.stdin)?;
+        let (feeder, read_end) = stdin::StdinFeeder::new(&paths.stdin, keep)?;
         pass.push((FdKind::Stdin, read_end));
         stdin = Some(feeder);
     }

@@ -2,14 +2,14 @@
 //! container's stdin/stdout/stderr and controlling terminal; the shim copies
 //! between the master and containerd's FIFOs.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
 use nix::pty::{openpty, Winsize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 
-use super::{IoError, Stdio};
+use super::{AdoptedIo, IoError, IoRole, KeepGuard, KeepIo, Stdio};
 
 pub struct Pty {
     master: Arc<OwnedFd>,
@@ -18,31 +18,84 @@ pub struct Pty {
     pub output_done: Arc<Notify>,
     done_flag: Arc<std::sync::atomic::AtomicBool>,
     stdin_close: Arc<Notify>,
+    /// The keeper's copy of the master (per-node mode).
+    _kept: Option<KeepGuard>,
 }
 
 impl Pty {
-    pub async fn open(paths: &Stdio) -> Result<Pty, IoError> {
+    pub async fn open(paths: &Stdio, keep: Option<&KeepIo>) -> Result<Pty, IoError> {
         let pair = openpty(None, None).map_err(|e| IoError::Pty(format!("openpty: {e}")))?;
         set_cloexec(&pair.master)?;
         set_cloexec(&pair.slave)?;
-        let master = Arc::new(pair.master);
+        let kept = super::kept(keep, IoRole::PtyMaster, pair.master.as_fd());
+        let out = match super::open_output("stdout", &paths.stdout).await? {
+            Some(f) => {
+                let g = super::kept(keep, IoRole::PtyOut, f.as_fd());
+                Some((f, g))
+            }
+            None => None,
+        };
+        let input = if paths.stdin.is_empty() {
+            None
+        } else {
+            let path = super::strip_scheme("stdin", &paths.stdin)?;
+            let reader = super::stdin::open_fifo(path)?;
+            let g = super::kept(keep, IoRole::StdinFifo, reader.as_fd());
+            Some((reader, g))
+        };
+        Self::serve(pair.master, Some(pair.slave), kept, out, input)
+    }
+
+    /// Copies on where a dead node shim stopped, with the fds its keeper
+    /// held; `None` without a master.
+    pub fn adopt(io: &mut AdoptedIo) -> Option<Pty> {
+        let (master, kept) = io.remove(&IoRole::PtyMaster)?;
+        let out = io
+            .remove(&IoRole::PtyOut)
+            .map(|(fd, g)| (std::fs::File::from(fd), Some(g)));
+        let input = io.remove(&IoRole::StdinFifo).and_then(|(fd, g)| {
+            let r = tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
+                .inspect_err(|e| tracing::warn!("adopting a tty's stdin FIFO: {e}"))
+                .ok()?;
+            Some((r, Some(g)))
+        });
+        Self::serve(master, None, Some(kept), out, input)
+            .inspect_err(|e| tracing::warn!("adopting a pty: {e}"))
+            .ok()
+    }
+
+    fn serve(
+        master: OwnedFd,
+        slave: Option<OwnedFd>,
+        kept: Option<KeepGuard>,
+        out: Option<(std::fs::File, Option<KeepGuard>)>,
+        input: Option<(tokio::net::unix::pipe::Receiver, Option<KeepGuard>)>,
+    ) -> Result<Pty, IoError> {
+        let master = Arc::new(master);
         let output_done = Arc::new(Notify::new());
         let done_flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stdin_close = Arc::new(Notify::new());
-        if let Some(out) = super::open_output("stdout", &paths.stdout).await? {
-            spawn_output(master.clone(), out, output_done.clone(), done_flag.clone())?;
+        if let Some((out, g)) = out {
+            spawn_output(
+                master.clone(),
+                out,
+                output_done.clone(),
+                done_flag.clone(),
+                g,
+            )?;
         } else {
             done_flag.store(true, std::sync::atomic::Ordering::SeqCst);
         }
-        if !paths.stdin.is_empty() {
-            spawn_input(master.clone(), paths.stdin.clone(), stdin_close.clone())?;
+        if let Some((reader, g)) = input {
+            spawn_input(master.clone(), reader, stdin_close.clone(), g)?;
         }
         Ok(Pty {
             master,
-            slave: Mutex::new(Some(pair.slave)),
+            slave: Mutex::new(slave),
             output_done,
             done_flag,
             stdin_close,
+            _kept: kept,
         })
     }
 
@@ -113,15 +166,19 @@ fn dup_nonblocking(fd: &OwnedFd) -> Result<OwnedFd, IoError> {
     Ok(dup)
 }
 
+/// Copies the master to the stdout FIFO. The keeper's copy of the FIFO goes
+/// with the copier: kept on, containerd would never see the output end.
 fn spawn_output(
     master: Arc<OwnedFd>,
     out: std::fs::File,
     done: Arc<Notify>,
     flag: Arc<std::sync::atomic::AtomicBool>,
+    kept: Option<KeepGuard>,
 ) -> Result<(), IoError> {
     let fd = super::async_fd(dup_nonblocking(&master)?).map_err(|e| IoError::Pty(e.to_string()))?;
     let mut out = tokio::fs::File::from_std(out);
     tokio::spawn(async move {
+        let kept = kept;
         let mut buf = vec![0u8; 32 * 1024];
         loop {
             let Ok(mut guard) = fd.readable().await else {
@@ -142,17 +199,22 @@ fn spawn_output(
         }
         let _ = out.flush().await;
         drop(out);
+        drop(kept);
         flag.store(true, std::sync::atomic::Ordering::SeqCst);
         done.notify_waiters();
     });
     Ok(())
 }
 
-fn spawn_input(master: Arc<OwnedFd>, stdin: String, close: Arc<Notify>) -> Result<(), IoError> {
-    let path = super::strip_scheme("stdin", &stdin)?.to_string();
+fn spawn_input(
+    master: Arc<OwnedFd>,
+    mut reader: tokio::net::unix::pipe::Receiver,
+    close: Arc<Notify>,
+    kept: Option<KeepGuard>,
+) -> Result<(), IoError> {
     let writer = dup_nonblocking(&master)?;
-    let mut reader = super::stdin::open_fifo(&path)?;
     tokio::spawn(async move {
+        let _kept = kept;
         let Ok(writer) = super::async_fd(writer) else {
             return;
         };

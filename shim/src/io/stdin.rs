@@ -1,13 +1,13 @@
 //! stdin: the container reads a pipe; the shim copies containerd's stdin
 //! FIFO into it and closes the pipe on EOF or CloseIO.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 
-use super::IoError;
+use super::{AdoptedIo, IoError, IoRole, KeepGuard, KeepIo};
 
 pub struct StdinFeeder {
     close: Arc<Notify>,
@@ -15,7 +15,7 @@ pub struct StdinFeeder {
 
 impl StdinFeeder {
     /// Creates the pipe and starts the copier; returns the read end to pass.
-    pub fn new(fifo: &str) -> Result<(StdinFeeder, OwnedFd), IoError> {
+    pub fn new(fifo: &str, keep: Option<&KeepIo>) -> Result<(StdinFeeder, OwnedFd), IoError> {
         let path = super::strip_scheme("stdin", fifo)?.to_string();
         let (read_end, write_end) =
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| IoError::Open {
@@ -23,10 +23,35 @@ impl StdinFeeder {
                 path: path.clone(),
                 source: e.into(),
             })?;
-        let mut reader = open_fifo(&path)?;
+        let reader = open_fifo(&path)?;
+        let guards = [
+            super::kept(keep, IoRole::StdinFifo, reader.as_fd()),
+            super::kept(keep, IoRole::StdinPipe, write_end.as_fd()),
+        ];
+        Ok((Self::feed(reader, write_end, guards), read_end))
+    }
+
+    /// Copies on where a dead node shim stopped, with the fds its keeper held.
+    pub fn adopt(io: &mut AdoptedIo) -> Option<StdinFeeder> {
+        let (fifo, fifo_kept) = io.remove(&IoRole::StdinFifo)?;
+        let (pipe, pipe_kept) = io.remove(&IoRole::StdinPipe)?;
+        let reader = tokio::net::unix::pipe::Receiver::from_owned_fd(fifo)
+            .inspect_err(|e| tracing::warn!("adopting a stdin FIFO: {e}"))
+            .ok()?;
+        Some(Self::feed(reader, pipe, [Some(fifo_kept), Some(pipe_kept)]))
+    }
+
+    /// The copier. The keeper's copies go with it: kept on, the pipe would
+    /// never give the container EOF.
+    fn feed(
+        mut reader: tokio::net::unix::pipe::Receiver,
+        write_end: OwnedFd,
+        guards: [Option<KeepGuard>; 2],
+    ) -> StdinFeeder {
         let close = Arc::new(Notify::new());
         let closed = close.clone();
         tokio::spawn(async move {
+            let _guards = guards;
             let writer = tokio::net::unix::pipe::Sender::from_owned_fd(write_end);
             let Ok(mut writer) = writer else { return };
             let mut buf = vec![0u8; 32 * 1024];
@@ -50,7 +75,7 @@ impl StdinFeeder {
             }
             // Dropping the writer gives the container EOF.
         });
-        Ok((StdinFeeder { close }, read_end))
+        StdinFeeder { close }
     }
 
     /// CloseIO: the container sees EOF on stdin.

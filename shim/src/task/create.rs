@@ -237,6 +237,7 @@ async fn steps(
             exec_id: "",
             stdio: &stdio,
             owned,
+            keep_io: svc.keep_io(&req.id, ""),
         },
         &spec,
         options,

@@ -50,6 +50,7 @@ pub async fn exec(svc: &Arc<Service>, req: ExecProcessRequest) -> Result<()> {
         exec_id: &req.exec_id,
         stdio: &stdio,
         owned: Vec::new(),
+        keep_io: svc.keep_io(&req.id, &req.exec_id),
     };
     let on_failure = OnFailure::parse(&svc.config().memlock.on_failure)?;
     let res = match spawn::exec(s, &process, &mut undo).await {

@@ -4,6 +4,7 @@
 //! about processes (their exits wait there until DeleteProcess); this record
 //! holds what only the shim knew: which containers, bundles, cgroups, pids.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -13,14 +14,18 @@ use serde::{Deserialize, Serialize};
 
 use super::state::{Container, ExitInfo, Process};
 use super::Service;
-use crate::io::Stdio;
+use crate::io::pty::Pty;
+use crate::io::stdin::StdinFeeder;
+use crate::io::{AdoptedIo, Stdio};
 use crate::sandbox::{fostered::Fostered, About, Agent, Sandbox, UsernsInfo};
 
-/// A guard that gives kept fds back when dropped.
-pub type KeepGuard = Box<dyn Send + Sync>;
+pub use crate::io::KeepGuard;
 
 /// Has the keeper hold an agent's sockets.
 pub type KeepAgent = Box<dyn Fn(&Agent) -> Option<KeepGuard> + Send + Sync>;
+
+/// The keeper for one process's stdio, by container id and exec id.
+pub type KeepIoOf = Box<dyn Fn(&str, &str) -> crate::io::KeepIo + Send + Sync>;
 
 /// How a pod's `Service` reaches its node: where its record goes, and how
 /// its agent's sockets are kept.
@@ -29,6 +34,8 @@ pub struct NodeLink {
     pub pod: PodMeta,
     /// Has the keeper hold the agent's sockets; the guard gives them back.
     pub keep_agent: KeepAgent,
+    /// The keeper for one process's stdio (container id, exec id).
+    pub keep_io: KeepIoOf,
 }
 
 /// The pod as containerd's `start` handed it to the node.
@@ -100,11 +107,19 @@ impl ProcessRecord {
         }
     }
 
-    /// The process again. Its stdin and console streams are not: they
-    /// were the dead shim's.
-    fn restore(&self) -> Arc<Process> {
+    /// The process again, its terminal or stdin copied on from the fds the
+    /// keeper held (`io`).
+    fn restore(&self, io: Option<AdoptedIo>) -> Arc<Process> {
         let stdio = Stdio::of(&self.stdin, &self.stdout, &self.stderr, self.terminal);
-        let p = Process::new(&self.exec_id, self.pid, self.inner_pid, stdio, None, None);
+        let (mut stdin, mut pty) = (None, None);
+        if let Some(mut io) = io.filter(|_| self.exit.is_none()) {
+            if self.terminal {
+                pty = Pty::adopt(&mut io);
+            } else {
+                stdin = StdinFeeder::adopt(&mut io);
+            }
+        }
+        let p = Process::new(&self.exec_id, self.pid, self.inner_pid, stdio, stdin, pty);
         p.started.store(self.started, Ordering::SeqCst);
         if let Some((status, at_ns)) = self.exit {
             p.set_exit(ExitInfo { status, at_ns });
@@ -165,6 +180,12 @@ impl Service {
         }
     }
 
+    /// Per-node mode: keeps the stdio fds of process (`id`, `exec_id`) that
+    /// the shim copies through with the node's keeper.
+    pub(crate) fn keep_io(&self, id: &str, exec_id: &str) -> Option<crate::io::KeepIo> {
+        self.node.get().map(|link| (link.keep_io)(id, exec_id))
+    }
+
     /// Keeps the new sandbox's agent sockets with the node's keeper.
     pub(crate) fn keep_agent(&self, sb: &Sandbox) {
         if let Some(link) = self.node.get() {
@@ -180,6 +201,7 @@ impl Service {
         record: &PodRecord,
         agent: Option<(Agent, KeepGuard)>,
         fostered: Arc<Fostered>,
+        mut io: HashMap<(String, String), AdoptedIo>,
     ) -> Result<(), String> {
         if let Some(path) = &record.config_in_force {
             let config = crate::config::RundConfig::load(Some(path)).map_err(|e| e.to_string())?;
@@ -197,7 +219,7 @@ impl Service {
             _ => None,
         };
         for r in &record.containers {
-            let c = Arc::new(self.restore_container(r).await?);
+            let c = Arc::new(self.restore_container(r, &mut io).await?);
             self.containers.lock().await.insert(c.id.clone(), c.clone());
             let Some(sb) = &sb else { continue };
             for p in c.processes() {
@@ -213,7 +235,12 @@ impl Service {
         Ok(())
     }
 
-    async fn restore_container(&self, r: &ContainerRecord) -> Result<Container, String> {
+    async fn restore_container(
+        &self,
+        r: &ContainerRecord,
+        io: &mut HashMap<(String, String), AdoptedIo>,
+    ) -> Result<Container, String> {
+        let mut io_of = |exec_id: &str| io.remove(&(r.id.clone(), exec_id.to_string()));
         let spec = crate::spec::load(&r.bundle).map_err(|e| format!("{}: {e}", r.id))?;
         let cgroup = match &r.cgroup {
             Some(path) => {
@@ -232,14 +259,14 @@ impl Service {
             r.is_pod_sandbox,
             r.rootfs_mounted,
             cgroup,
-            r.init.restore(),
+            r.init.restore(io_of("")),
         );
         c.paused.store(r.paused, Ordering::SeqCst);
         for e in &r.execs {
             c.execs
                 .lock()
                 .expect("execs")
-                .insert(e.exec_id.clone(), Some(e.restore()));
+                .insert(e.exec_id.clone(), Some(e.restore(io_of(&e.exec_id))));
         }
         Ok(c)
     }
@@ -339,7 +366,7 @@ mod tests {
         let back = read_record(&path).unwrap();
         assert_eq!(back.pod, rec.pod);
         assert_eq!(back.sandbox.unwrap().pid, 42);
-        let p = back.containers[0].init.restore();
+        let p = back.containers[0].init.restore(None);
         assert_eq!((p.pid(), p.inner_pid), (43, 2));
         assert!(p.started.load(Ordering::SeqCst));
         assert_eq!(p.exit().map(|e| e.status), Some(3));

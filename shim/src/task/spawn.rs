@@ -28,6 +28,8 @@ pub struct Spawn<'a> {
     pub stdio: &'a io::Stdio,
     /// fds beyond stdio: rootfs, binds, namespaces, devices, cgroup, init.
     pub owned: Vec<(FdKind, OwnedFd)>,
+    /// Per-node mode: the stdio fds the shim copies through go to the keeper.
+    pub keep_io: Option<io::KeepIo>,
 }
 
 /// A process the agent created, not yet started.
@@ -76,7 +78,7 @@ pub async fn exec(
 }
 
 async fn run(s: Spawn<'_>, req: Request, undo: &mut Undo) -> Result<Spawned> {
-    let opened = io::open(s.stdio).await?;
+    let opened = io::open(s.stdio, s.keep_io.as_ref()).await?;
     let mut kinds = Vec::new();
     let mut fds = Vec::new();
     for (k, f) in opened.pass.iter().chain(s.owned.iter()) {

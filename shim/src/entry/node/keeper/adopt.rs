@@ -96,7 +96,24 @@ pub fn hear_news(news: OwnedFd, fostered: Arc<Fostered>) {
 pub(in crate::entry::node) fn link(node: &Arc<Node>, service: &Arc<Service>, pod: PodMeta) {
     let stash = node.stash.clone();
     let socket = pod.socket.clone();
+    let keep_io = {
+        let (stash, socket) = (stash.clone(), socket.clone());
+        move |id: &str, exec_id: &str| -> crate::io::KeepIo {
+            let (stash, socket) = (stash.clone(), socket.clone());
+            let (id, exec_id) = (id.to_string(), exec_id.to_string());
+            Arc::new(move |role, fd| {
+                let item = Item::Io {
+                    socket: socket.clone(),
+                    id: id.clone(),
+                    exec_id: exec_id.clone(),
+                    role,
+                };
+                Some(Box::new(stash.keep(item, &[fd])) as crate::io::KeepGuard)
+            })
+        }
+    };
     let link = NodeLink {
+        keep_io: Box::new(keep_io),
         record: record_path(node, &pod.socket),
         pod,
         keep_agent: Box::new(move |agent: &Agent| {
@@ -182,6 +199,21 @@ pub(in crate::entry::node) async fn pods(node: &Arc<Node>, replay: Replay) {
             Item::Agent { socket, pid } => {
                 by_socket.entry(socket).or_default().agent = Some((pid, fds, kept))
             }
+            Item::Io {
+                socket,
+                id,
+                exec_id,
+                role,
+            } => {
+                let fd = fds.remove(0);
+                by_socket
+                    .entry(socket)
+                    .or_default()
+                    .io
+                    .entry((id, exec_id))
+                    .or_default()
+                    .insert(role, (fd, Box::new(kept) as crate::io::KeepGuard));
+            }
             Item::Control => {}
         }
     }
@@ -198,6 +230,7 @@ struct PodFds {
     listener: Option<(StdListener, Kept)>,
     conns: Vec<(StdStream, Kept, Vec<u8>)>,
     agent: Option<(i32, Vec<OwnedFd>, Kept)>,
+    io: HashMap<(String, String), crate::io::AdoptedIo>,
 }
 
 async fn pod(node: &Arc<Node>, socket: &str, fds: PodFds, generation: u64) -> Result<(), String> {
@@ -231,7 +264,7 @@ async fn pod(node: &Arc<Node>, socket: &str, fds: PodFds, generation: u64) -> Re
         (a, kept.unwrap_or_else(|| Box::new(())))
     });
     service
-        .restore(&record, agent, node.fostered.clone())
+        .restore(&record, agent, node.fostered.clone(), fds.io)
         .await?;
     service.persist().await;
     let accepts =

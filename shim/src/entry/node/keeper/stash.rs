@@ -31,6 +31,13 @@ pub enum Item {
     Conn { socket: String },
     /// A pod's agent: its ttrpc socket and fd side channel (two fds).
     Agent { socket: String, pid: i32 },
+    /// A stdio fd the node shim copies through for one process.
+    Io {
+        socket: String,
+        id: String,
+        exec_id: String,
+        role: crate::io::IoRole,
+    },
 }
 
 impl Item {
