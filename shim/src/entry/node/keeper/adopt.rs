@@ -28,7 +28,6 @@ use crate::task::Service;
 pub struct Replay {
     /// Key, item, fds, and the frames of long polls open on a connection.
     items: Vec<(u64, Item, Vec<OwnedFd>, Vec<u8>)>,
-    generation: u64,
 }
 
 impl Replay {
@@ -56,10 +55,7 @@ pub fn read_replay(sock: &OwnedFd) -> Result<Replay, String> {
             (Msg::Keep { key, item, pending }, fds) if fds.len() == item.fds() => {
                 replay.items.push((key, item, fds, pending.concat()))
             }
-            (Msg::Done { generation }, _) => {
-                replay.generation = generation;
-                return Ok(replay);
-            }
+            (Msg::Done, _) => return Ok(replay),
             (other, _) => return Err(format!("unexpected in the replay: {other:?}")),
         }
     }
@@ -182,7 +178,7 @@ pub(in crate::entry::node) fn accepts(
 /// Serves every pod the replay has a socket and a record for; what has no
 /// record (the pod closed as the last shim died) is let go.
 pub(in crate::entry::node) async fn pods(node: &Arc<Node>, replay: Replay) {
-    let generation = replay.generation;
+    let generation = node.stash.generation;
     let mut by_socket: HashMap<String, PodFds> = HashMap::new();
     for (key, item, mut fds, replayed) in replay.items {
         let kept = node.stash.kept(key);

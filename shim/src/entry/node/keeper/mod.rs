@@ -110,7 +110,7 @@ pub fn main(
             // SAFETY: dup2 onto fd 1; stderr is /dev/null for the process lifetime.
             unsafe { libc::dup2(libc::STDERR_FILENO, libc::STDOUT_FILENO) };
         }
-        replay(&ours, &kept, generation);
+        replay(&ours, &kept);
         // The keeper waits nearly all its life: its start-up pages can go.
         let _ = rund_sys::trim::trim_self();
         let (up, status) = watch(server, &ours, &news, &signals, &mut kept);
@@ -162,7 +162,7 @@ fn seqpacket() -> nix::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// Hands every kept fd to a new node shim, then the end of the replay.
-fn replay(sock: &OwnedFd, kept: &Kept, generation: u64) {
+fn replay(sock: &OwnedFd, kept: &Kept) {
     for (key, (item, fds, pending)) in kept {
         let fds: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
         let msg = Msg::Keep {
@@ -174,7 +174,7 @@ fn replay(sock: &OwnedFd, kept: &Kept, generation: u64) {
             return;
         }
     }
-    let _ = stash::send(sock.as_fd(), &Msg::Done { generation }, &[]);
+    let _ = stash::send(sock.as_fd(), &Msg::Done, &[]);
 }
 
 /// Serves one node shim until it is gone: whether it was up, and how it ended.
@@ -281,11 +281,11 @@ fn note(log: &Path, line: &str) {
     let _ = writeln!(
         f,
         "{} WARN rund_shim::entry::node::keeper: {line}",
-        humantime_now()
+        now_secs()
     );
 }
 
-fn humantime_now() -> String {
+fn now_secs() -> String {
     let ns = crate::clock::now_ns();
     format!("{}.{:09}", ns / 1_000_000_000, ns % 1_000_000_000)
 }

@@ -74,8 +74,8 @@ pub enum Msg {
     Release { key: u64 },
     /// The node shim serves: from now on its death is a crash.
     Up,
-    /// End of the replay; `generation` counts the restarts.
-    Done { generation: u64 },
+    /// End of the replay.
+    Done,
     /// The keeper reaped `pid`, an agent of a dead node shim.
     Reaped { pid: i32, status: u32 },
 }
@@ -215,8 +215,7 @@ impl AsyncRead for KeptStream {
         let before = buf.filled().len();
         let r = Pin::new(&mut self.stream).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = r {
-            let new = buf.filled()[before..].to_vec();
-            self.saw_read(&new);
+            self.saw_read(&buf.filled()[before..]);
         }
         r
     }
