@@ -4,7 +4,7 @@
 set -eu
 PKGS="containerd runc busybox-static protobuf-compiler libclang-dev libseccomp-dev \
 pkg-config libibverbs-dev librdmacm-dev rdma-core perftest containernetworking-plugins \
-iproute2 gcc"
+iproute2 gcc strace"
 if [ "${1:-}" = "--list" ]; then
     echo $PKGS
     exit 0

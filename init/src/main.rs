@@ -1,8 +1,9 @@
 //! rund-init: the opt-in PID 1 of a container. The agent execs it (from a
 //! sealed memfd) with the workload's attributes already applied; it forks
-//! the workload into its own process group, then drops what it does not
-//! need itself, forwards every catchable signal and reaps every zombie, and
-//! exits with the workload's status.
+//! the workload into its own process group and drops what it does not need
+//! itself before the workload may exec (so the workload never sees a PID 1
+//! holding more than it does), forwards every catchable signal, reaps every
+//! zombie, and exits with the workload's status.
 //!
 //! Usage: `rund-init [--tty] -- PATH ARGV0 [ARGS...]` (environment: the workload's),
 //! or `rund-init --pause`: PID 1 of a pod's shared pid namespace, which only
@@ -63,18 +64,29 @@ fn main() {
     let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: valid sigset pointers; blocking signals has no memory effects.
     unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, &mut old) };
+    // The workload waits on this pipe until the init has dropped its privileges.
+    let mut gate = [0; 2];
+    // SAFETY: pipe2 fills two fds into our array.
+    if unsafe { libc::pipe2(gate.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        die(&format!("pipe: {}", errno()));
+    }
     // SAFETY: single-threaded; the child only calls async-signal-safe code and execs.
     let child = unsafe { libc::fork() };
     if child < 0 {
         die(&format!("fork the workload: {}", errno()));
     }
     if child == 0 {
-        run_workload(&args, &old);
+        run_workload(&args, &old, gate);
     }
     // Both sides set the group, so forwarding works whoever runs first.
-    // SAFETY: plain syscalls on our own child.
-    unsafe { libc::setpgid(child, child) };
+    // SAFETY: plain syscalls on our own child and our own fds.
+    unsafe {
+        libc::setpgid(child, child);
+        libc::close(gate[0]);
+    }
     privs::drop_own();
+    // SAFETY: closing our end lets the workload go on (EOF).
+    unsafe { libc::close(gate[1]) };
     loop {
         // SAFETY: `set` is a valid sigset; a null siginfo pointer is allowed.
         let sig = unsafe { libc::sigwaitinfo(&set, std::ptr::null_mut()) };
@@ -122,9 +134,18 @@ fn pause() -> ! {
     }
 }
 
-fn run_workload(args: &Args, old_mask: &libc::sigset_t) -> ! {
-    // SAFETY: plain syscalls in the forked child.
-    unsafe { libc::setpgid(0, 0) };
+fn run_workload(args: &Args, old_mask: &libc::sigset_t, gate: [libc::c_int; 2]) -> ! {
+    // SAFETY: plain syscalls in the forked child; `gate` are our pipe fds.
+    unsafe {
+        libc::setpgid(0, 0);
+        libc::close(gate[1]);
+        // Until the init has dropped its privileges: EOF (or the init's death).
+        let mut b = 0u8;
+        while libc::read(gate[0], (&mut b as *mut u8).cast(), 1) < 0
+            && *libc::__errno_location() == libc::EINTR
+        {}
+        libc::close(gate[0]);
+    }
     if args.tty {
         // From a background group tcsetpgrp raises SIGTTOU: block it meanwhile
         // (the mask is restored right after).
