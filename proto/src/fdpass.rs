@@ -53,6 +53,10 @@ pub enum FdKind {
     /// A cgroup v2 directory to start the container init in
     /// (`clone3(CLONE_INTO_CGROUP)`).
     Cgroup,
+    /// v1: a cgroup's `tasks` file, open for writing, one per hierarchy. The
+    /// agent's forking thread writes "0" to each (moving itself, which takes
+    /// no global lock) so the child is born in the cgroup.
+    CgroupTasks,
     /// A new ttrpc connection from a restarted node shim, alone in its
     /// batch: served beside the old one, whose late answers then reach
     /// nobody instead of the new client.

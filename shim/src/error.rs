@@ -113,6 +113,7 @@ fn task_code(e: &TaskError) -> Code {
         | T::SandboxGone
         | T::ExecIntoPodSandbox { .. }
         | T::ExecIntoStopped { .. }
+        | T::ExecIntoPaused { .. }
         | T::NotRunning { .. }
         | T::NoCgroup { .. }
         | T::AlreadyStarted { .. }
@@ -230,6 +231,7 @@ mod tests {
                 id: id.clone(),
                 exec_id: exec_id.clone(),
             },
+            TaskError::ExecIntoPaused { id: id.clone() },
             TaskError::NotRunning { id: id.clone() },
             TaskError::NoCgroup { id: id.clone() },
             TaskError::AlreadyStarted {

@@ -4,6 +4,7 @@
 //! testing seams (the agent's `Syscall`, the cgroup crate's `CgroupFs`) sit
 //! on top of this crate.
 
+pub mod creds;
 pub mod mount;
 pub mod ns;
 pub mod process;

@@ -193,15 +193,27 @@ async fn dropped_create_leaves_no_process_in_the_agent() {
     // The pod's shim may keep a gone container's cgroup for the pod's next container (v1
     // reuse inside a pod): what matters is that nothing runs in it any more.
     let deadline = Instant::now() + GRACE;
+    // A dir gone since the report was renamed to its keep marker (which is
+    // checked too) or removed: not busy.
     let busy = || {
         let r = settle(d.shim.pid, &c.path, &c.cgroups_path, Duration::ZERO);
+        let markers = r.cgroups.iter().filter_map(|d| d.parent()).flat_map(|p| {
+            std::fs::read_dir(p)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(".rund-pool~k-"))
+                .map(|e| e.path())
+        });
         let busy: Vec<_> = r
             .cgroups
             .iter()
-            .filter(|d| {
-                std::fs::read_to_string(d.join("cgroup.procs")).map_or(true, |p| !p.is_empty())
-            })
             .cloned()
+            .chain(markers)
+            .filter(|d| match std::fs::read_to_string(d.join("cgroup.procs")) {
+                Ok(p) => !p.is_empty(),
+                Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+            })
             .collect();
         (busy, r)
     };

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use rund_tests::cri::api::LinuxContainerResources;
-use rund_tests::faults::probe::{fd_count, shim_of, watcher_fds};
+use rund_tests::faults::probe::{agent_placed, fd_count, shim_of, watcher_fds};
 use rund_tests::faults::{FaultEnv, GRACE};
 use rund_tests::{ContainerSpec, ContainerdOpts, PodSpec, BUSYBOX_IMAGE, K8S_NAMESPACE};
 
@@ -27,6 +27,8 @@ fn oom_watchers_end_with_their_container() {
     let pod = PodSpec::new("oom", &env.ctd.cgroup_parent);
     let pod_id = cri.run_pod_sandbox(&pod, "rund").expect("RunPodSandbox");
     let shim = shim_of(&env.ctd, &pod_id).expect("the pod's shim");
+    // Idle means after the agent's move into its cgroup (an fd meanwhile).
+    assert!(agent_placed(shim, &pod_id, GRACE), "the agent's placement");
     let idle = (watcher_fds(shim), fd_count(shim).unwrap());
 
     let mut gone = Vec::new();

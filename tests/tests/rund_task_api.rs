@@ -395,6 +395,14 @@ fn pause_and_resume_use_the_freezer() {
     assert_eq!(freezer_state(&ctd, "p"), "FROZEN");
     events.wait_topic("p", "/tasks/paused", GRACE).unwrap();
     let frozen = std::fs::read_to_string(&tick).unwrap();
+    // As runc: no exec into a paused container (it would be born frozen).
+    let out = ctd
+        .ctr(&["task", "exec", "--exec-id", "late", "p", "true"])
+        .unwrap();
+    assert!(
+        !out.success() && out.stderr.contains("paused"),
+        "exec while paused: {out:?}"
+    );
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(
         std::fs::read_to_string(&tick).unwrap(),

@@ -17,6 +17,8 @@ pub struct PassedFds {
     pub devices: HashMap<String, OwnedFd>,
     /// The parent's, for clone3: taken out before the fork.
     pub cgroup: Option<OwnedFd>,
+    /// The parent's, for a birth in a v1 cgroup: taken out before the fork.
+    pub cgroup_tasks: Vec<OwnedFd>,
 }
 
 impl PassedFds {
@@ -39,6 +41,7 @@ impl PassedFds {
                     p.devices.insert(path, fd);
                 }
                 FdKind::Cgroup => p.cgroup = Some(fd),
+                FdKind::CgroupTasks => p.cgroup_tasks.push(fd),
                 // Only ever alone in its batch, and routed before filing.
                 FdKind::Conn => drop(fd),
             }

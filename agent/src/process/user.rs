@@ -1,7 +1,8 @@
 //! Identity changes: groups, gid, uid (keeping capabilities across setuid).
 
 use nix::errno::Errno;
-use nix::unistd::{setgroups, setresgid, setresuid, Gid, Uid};
+// Per-thread calls: this runs in a child of a raw clone3 (see rund_sys::creds).
+use rund_sys::creds::{setgroups, setresgid, setresuid};
 
 #[derive(Debug, thiserror::Error)]
 #[error("{op}: {errno}")]
@@ -12,10 +13,9 @@ pub struct UserError {
 
 /// setgroups, setresgid, PR_SET_KEEPCAPS, setresuid.
 pub fn switch(uid: u32, gid: u32, groups: &[u32]) -> Result<(), UserError> {
-    let gids: Vec<Gid> = groups.iter().map(|g| Gid::from_raw(*g)).collect();
-    match setgroups(&gids) {
+    match setgroups(groups) {
         // "setgroups deny" in a user namespace: only an empty list was wanted anyway.
-        Err(Errno::EPERM) if gids.is_empty() => {}
+        Err(Errno::EPERM) if groups.is_empty() => {}
         Err(errno) => {
             return Err(UserError {
                 op: format!("setgroups {groups:?}"),
@@ -24,8 +24,7 @@ pub fn switch(uid: u32, gid: u32, groups: &[u32]) -> Result<(), UserError> {
         }
         Ok(()) => {}
     }
-    let g = Gid::from_raw(gid);
-    setresgid(g, g, g).map_err(|errno| UserError {
+    setresgid(gid).map_err(|errno| UserError {
         op: format!("setresgid {gid}"),
         errno,
     })?;
@@ -35,8 +34,7 @@ pub fn switch(uid: u32, gid: u32, groups: &[u32]) -> Result<(), UserError> {
         op: "prctl(PR_SET_KEEPCAPS)".into(),
         errno,
     })?;
-    let u = Uid::from_raw(uid);
-    setresuid(u, u, u).map_err(|errno| UserError {
+    setresuid(uid).map_err(|errno| UserError {
         op: format!("setresuid {uid}"),
         errno,
     })?;

@@ -1,5 +1,6 @@
 //! The ttrpc Agent service.
 
+mod birth;
 pub mod channel;
 pub mod claim;
 mod create;

@@ -4,14 +4,15 @@
 //! a child namespace whose PID 1 is `rund-init --pause` (nobody, no
 //! capabilities, not dumpable), made when the first container asks for it.
 
+use std::convert::Infallible;
 use std::os::fd::{AsFd, OwnedFd};
 
 use nix::sched::CloneFlags;
 use nix::unistd::Pid;
 
+use super::birth::{self, Birthplace};
 use super::spawn::{internal, SpawnError};
 use super::AgentService;
-use rund_sys::process::clone3;
 
 /// The pod init: its pid and its pid namespace.
 pub struct PodPid {
@@ -32,11 +33,11 @@ pub fn ensure(svc: &AgentService) -> Result<OwnedFd, SpawnError> {
         .init_bin
         .get()
         .map_err(|e| internal(format!("pod pid namespace: {e}")))?;
-    let pid = match clone3(CloneFlags::CLONE_NEWPID) {
-        Err(e) => return Err(internal(format!("pod pid namespace: clone3: {e}"))),
-        Ok(None) => pause_main(bin),
-        Ok(Some(pid)) => pid,
-    };
+    let place = Birthplace::default();
+    let pid = birth::fork_in(CloneFlags::CLONE_NEWPID, place, move || -> Infallible {
+        pause_main(bin)
+    })
+    .map_err(|e| internal(format!("pod pid namespace: clone3: {e}")))?;
     let path = format!("/proc/{pid}/ns/pid");
     let ns = std::fs::File::open(&path)
         .map(OwnedFd::from)

@@ -3,7 +3,8 @@
 //! to the tables: a request that fails or is cancelled (a ttrpc deadline
 //! drops the handler) kills what it forked.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::convert::Infallible;
+use std::os::fd::OwnedFd;
 
 use nix::sched::CloneFlags;
 use nix::sys::signal::{kill, Signal};
@@ -13,12 +14,12 @@ use oci_spec::runtime::{Process, Spec};
 use rund_proto::{ContainerOptions, NsSource};
 use tokio::io::unix::AsyncFd;
 
+use super::birth::{self, Birthplace};
 use super::channel::{await_settled, nonblocking, FdMsg, Reports, Settled};
 use super::state::{Container, Proc};
 use crate::container::child::{exec_main, init_main, ExecArgs, InitArgs};
 use crate::container::fds::PassedFds;
 use crate::reaper::{ExitRx, Reaper};
-use rund_sys::process::{clone3, clone3_into};
 
 /// A failure, with the ttrpc code to answer.
 #[derive(Debug)]
@@ -132,26 +133,6 @@ pub async fn settle(
     }
 }
 
-/// clone3 of a container init, into its cgroup from birth when the shim
-/// passed one (v2), so nothing it does is charged elsewhere. Without the
-/// permission (or kernel support) it falls back to a plain clone3; the shim
-/// then places the init through cgroup.procs as it always does.
-fn fork_init(
-    flags: CloneFlags,
-    cgroup: Option<std::os::fd::BorrowedFd<'_>>,
-) -> Result<Option<Pid>, nix::errno::Errno> {
-    let Some(cg) = cgroup else {
-        return clone3(flags);
-    };
-    match clone3_into(flags, Some(cg)) {
-        Err(e) => {
-            crate::debug!("CLONE_INTO_CGROUP refused ({e}); plain clone3");
-            clone3(flags)
-        }
-        ok => ok,
-    }
-}
-
 /// A container init forked and set up to its first stop (ready, or paused
 /// before pivot_root).
 pub struct Forked {
@@ -188,7 +169,7 @@ pub async fn fork_container(
     }
     let (sync, child_end) = sync_pair()?;
     let mut passed = PassedFds::new(fds.0, fds.1);
-    let cgroup = passed.cgroup.take();
+    let place = Birthplace::take(&mut passed);
     let args = InitArgs {
         id: id.to_string(),
         spec: spec.clone(),
@@ -198,13 +179,8 @@ pub async fn fork_container(
         terminal,
         init_bin,
     };
-    let pid = match fork_init(flags, cgroup.as_ref().map(|f| f.as_fd())) {
-        Err(e) => return Err(internal(format!("container {id}: clone3: {e}"))),
-        Ok(None) => init_main(args),
-        Ok(Some(pid)) => pid,
-    };
-    drop(cgroup);
-    drop(args);
+    let pid = birth::fork_in(flags, place, move || -> Infallible { init_main(args) })
+        .map_err(|e| internal(format!("container {id}: clone3: {e}")))?;
     crate::debug!("container {id}: init forked as pid {pid}");
     let child = ChildGuard::new(reaper, pid);
     let (child, settled, reports, sync) =
@@ -274,42 +250,22 @@ pub async fn fork_exec(
     let process: Process = serde_json::from_slice(process_json)
         .map_err(|e| invalid(format!("exec {exec_id}: bad OCI process: {e}")))?;
     let (sync, child_end) = sync_pair()?;
+    let mut passed = PassedFds::new(fds.0, fds.1);
+    let place = Birthplace::take(&mut passed);
     let args = ExecArgs {
         id: id.to_string(),
         exec_id: exec_id.to_string(),
         process,
         seccomp: ctx.seccomp,
-        fds: PassedFds::new(fds.0, fds.1),
+        fds: passed,
         ns: ctx.ns,
         sync: child_end,
     };
-    let pid = match clone3(CloneFlags::empty()) {
-        Err(e) => return Err(internal(format!("exec {exec_id}: fork: {e}"))),
-        Ok(None) => exec_main(args),
-        Ok(Some(pid)) => pid,
-    };
-    drop(args);
+    let pid = birth::fork_in(CloneFlags::empty(), place, move || -> Infallible {
+        exec_main(args)
+    })
+    .map_err(|e| internal(format!("exec {exec_id}: fork: {e}")))?;
     let child = ChildGuard::new(reaper, pid);
     let (child, _, _, sync) = settle(child, sync, ctx.own_pidns).await?;
     Ok((child, sync))
-}
-
-#[cfg(test)]
-mod fork_tests {
-    use super::*;
-
-    #[test]
-    fn a_refused_cgroup_falls_back_to_a_plain_clone() {
-        // Not a cgroup2 directory: the kernel refuses CLONE_INTO_CGROUP.
-        let not_cgroup = std::fs::File::open("/").unwrap();
-        match fork_init(CloneFlags::empty(), Some(not_cgroup.as_fd())) {
-            // SAFETY: leave the forked test child at once.
-            Ok(None) => unsafe { libc::_exit(0) },
-            Ok(Some(pid)) => {
-                let st = nix::sys::wait::waitpid(pid, None).unwrap();
-                assert_eq!(st, nix::sys::wait::WaitStatus::Exited(pid, 0));
-            }
-            Err(e) => panic!("no fallback: {e}"),
-        }
-    }
 }

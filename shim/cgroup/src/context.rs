@@ -10,7 +10,6 @@ use crate::pool::{CgroupConfig, GcReport, Pool, PoolStatus, Switch};
 use crate::resources::{self, Mode};
 use crate::tree;
 use oci_spec::runtime::LinuxResources;
-use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,20 +44,6 @@ impl Cgroups {
             cfg,
             pool,
         }
-    }
-
-    /// Starts the grace-period wait of the next `cgroup.procs` write with a
-    /// write that changes nothing (`prime.rs`). Blocks for that wait: call it
-    /// off the critical path. Whether a write was made (v1 only).
-    pub fn prime_attach(&self) -> Result<bool> {
-        let p = Path::new("/proc/self/cgroup");
-        let text = std::fs::read_to_string(p).map_err(|e| Error::io("read", p, e))?;
-        let Some(dir) = crate::prime::own_dir(&self.hier, &text) else {
-            return Ok(false);
-        };
-        // "0": this whole process, into the cgroup it is in.
-        crate::ctl::write(self.fs.as_ref(), &dir, "cgroup.procs", "0")?;
-        Ok(true)
     }
 
     pub fn start_refiller(&self) {

@@ -6,6 +6,7 @@
 //! Entry point: [`Cgroups`] (one per process), then [`CgroupManager`] per
 //! container. See README.md for the design and what users see in the tree.
 
+mod birth;
 pub mod bpf;
 mod context;
 mod ctl;
@@ -17,7 +18,6 @@ mod manager;
 mod oom;
 mod path;
 pub mod pool;
-mod prime;
 pub mod resources;
 pub mod stats;
 mod tree;

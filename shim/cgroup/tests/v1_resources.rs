@@ -1,5 +1,5 @@
-//! Real cgroup v1: apply, update, freeze, stats, OOM, bad input, and the
-//! placement-lock prime.
+//! Real cgroup v1: apply, update, freeze, stats, OOM, bad input, and a
+//! process born in its cgroup.
 //! Needs root on a v1 host; otherwise each test prints why and returns.
 
 mod common;
@@ -267,16 +267,65 @@ fn bad_input_leaves_nothing_behind() {
     }
 }
 
+/// A thread that writes "0" to the `tasks` fds moves only itself, and a
+/// child it forks is born in every hierarchy of the cgroup: placement then
+/// writes nothing. The test process itself stays where it was.
 #[test]
-fn prime_attach_takes_the_placement_lock_and_moves_nothing() {
-    // The host's real layout: the write goes to this process's own cgroup.
+fn a_child_forked_by_a_thread_that_moved_itself_is_born_in_place() {
+    use std::io::Write;
     let Some(t) = TestTree::v1() else { return };
-    let cg = rund_cgroup::Cgroups::with(
-        rund_cgroup::Hierarchy::detect().unwrap(),
-        std::sync::Arc::new(rund_cgroup::fs::RealFs),
-        t.config(),
-    );
+    let cg = t.cgroups(t.config());
+    let m = cg.create("/default/born", None).expect("create");
     let before = read(Path::new("/proc/self/cgroup"));
-    assert!(cg.prime_attach().unwrap(), "v1: a write was made");
-    assert_eq!(read(Path::new("/proc/self/cgroup")), before);
+    let fds = m.tasks_fds().expect("tasks fds");
+    assert_eq!(fds.len(), m.paths().len(), "one per hierarchy");
+    let child = std::thread::spawn(move || {
+        for fd in fds {
+            std::fs::File::from(fd)
+                .write_all(b"0")
+                .expect("move this thread");
+        }
+        std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap()
+    })
+    .join()
+    .unwrap();
+    let mut child = Guard(child);
+    let pid = child.0.id() as i32;
+    let writes = cg.fs_counts().write;
+    m.add_pid(pid).unwrap();
+    let now = read(Path::new(&format!("/proc/{pid}/cgroup")));
+    assert_eq!(
+        cg.fs_counts().write,
+        writes,
+        "placement wrote again: {now} {:?}",
+        m.paths()
+    );
+    for d in m.paths() {
+        let procs = read(&d.join("cgroup.procs"));
+        assert!(
+            procs.lines().any(|l| l == pid.to_string()),
+            "{}: {procs}",
+            d.display()
+        );
+    }
+    assert_eq!(
+        read(Path::new("/proc/self/cgroup")),
+        before,
+        "the test moved"
+    );
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+    m.destroy().unwrap();
+}
+
+/// Kills the child if the test panics before it does.
+struct Guard(std::process::Child);
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

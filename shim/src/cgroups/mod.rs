@@ -3,7 +3,9 @@
 
 pub mod metrics;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use tokio::task::JoinHandle;
 
 use oci_spec::runtime::{LinuxDeviceCgroup, LinuxResources, Spec};
 use rund_cgroup::{CgroupManager, Cgroups, OomWatcher, Stats};
@@ -79,6 +81,9 @@ pub fn resources_for(spec: &Spec) -> LinuxResources {
 pub struct ContainerCgroup {
     mgr: CgroupManager,
     path: String,
+    /// A placement still being written (`add_pid_soon`): every other use
+    /// waits for it first.
+    placing: Arc<Mutex<Option<JoinHandle<()>>>>,
 }
 
 impl ContainerCgroup {
@@ -98,10 +103,15 @@ impl ContainerCgroup {
             cg.create(&p, Some(&res))
         })
         .await?;
-        Ok(ContainerCgroup {
+        Ok(ContainerCgroup::of(mgr, path))
+    }
+
+    fn of(mgr: CgroupManager, path: &str) -> Self {
+        ContainerCgroup {
             mgr,
             path: path.to_string(),
-        })
+            placing: Arc::default(),
+        }
     }
 
     /// The cgroup of a running container this process did not create (a
@@ -111,16 +121,23 @@ impl ContainerCgroup {
             path: path.to_string(),
             source,
         })?;
-        Ok(ContainerCgroup {
-            mgr,
-            path: path.to_string(),
-        })
+        Ok(ContainerCgroup::of(mgr, path))
     }
 
     /// v2: a directory fd the agent can start the init in
     /// (`clone3(CLONE_INTO_CGROUP)`); `None` on v1.
     pub fn dir_fd(&self) -> Option<std::os::fd::OwnedFd> {
         self.mgr.cgroup_dir_fd().ok()
+    }
+
+    /// v1: `tasks` of every hierarchy, open for writing, so the agent's
+    /// forking thread can join the cgroup and the child is born in it
+    /// (`rund_cgroup`'s `birth.rs`); empty on v2.
+    pub fn tasks_fds(&self) -> Vec<std::os::fd::OwnedFd> {
+        self.mgr.tasks_fds().unwrap_or_else(|e| {
+            tracing::debug!(path = %self.path, "no birth in the cgroup: {e}");
+            Vec::new()
+        })
     }
 
     pub fn path(&self) -> &str {
@@ -133,11 +150,42 @@ impl ContainerCgroup {
     }
 
     pub async fn add_pid(&self, pid: i32) -> Result<(), CgroupError> {
+        self.settled().await;
         let m = self.mgr.clone();
         blocking(&self.path, move || m.add_pid(pid)).await
     }
 
+    /// [`add_pid`](Self::add_pid) without waiting: for a process that runs
+    /// already and whose place nothing waits on (a pod's agent). A move
+    /// waits a whole RCU grace period for the kernel's lock (about 10 ms on
+    /// v1, see rund-cgroup's `birth.rs`). A failure is logged.
+    pub fn add_pid_soon(&self, pid: i32) {
+        let m = self.mgr.clone();
+        let path = self.path.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            let t = std::time::Instant::now();
+            match m.add_pid(pid) {
+                Ok(()) => tracing::debug!(%path, pid, took = ?t.elapsed(), "placed"),
+                Err(e) => tracing::warn!(%path, pid, "placing the process: {e}"),
+            }
+        });
+        *self.placing.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+    }
+
+    /// Waits for a placement [`add_pid_soon`](Self::add_pid_soon) started.
+    async fn settled(&self) {
+        let task = self
+            .placing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(t) = task {
+            let _ = t.await;
+        }
+    }
+
     pub async fn pids(&self) -> Result<Vec<i32>, CgroupError> {
+        self.settled().await;
         let m = self.mgr.clone();
         blocking(&self.path, move || m.pids()).await
     }
@@ -145,6 +193,7 @@ impl ContainerCgroup {
     /// Sends `sig` (any number, real-time ones too) to every process in the
     /// cgroup, frozen meanwhile so none forks past it.
     pub async fn signal_all(&self, sig: i32) -> Result<(), CgroupError> {
+        self.settled().await;
         let m = self.mgr.clone();
         if sig == libc::SIGKILL {
             // v2: one write of cgroup.kill, which no fork can outrun.
@@ -169,21 +218,25 @@ impl ContainerCgroup {
     }
 
     pub async fn freeze(&self) -> Result<(), CgroupError> {
+        self.settled().await;
         let m = self.mgr.clone();
         blocking(&self.path, move || m.freeze()).await
     }
 
     pub async fn thaw(&self) -> Result<(), CgroupError> {
+        self.settled().await;
         let m = self.mgr.clone();
         blocking(&self.path, move || m.thaw()).await
     }
 
     pub async fn stats(&self) -> Result<Stats, CgroupError> {
+        self.settled().await;
         let m = self.mgr.clone();
         blocking(&self.path, move || m.stats()).await
     }
 
     pub async fn update(&self, res: LinuxResources) -> Result<(), CgroupError> {
+        self.settled().await;
         let m = self.mgr.clone();
         blocking(&self.path, move || m.update(&res)).await
     }
@@ -198,6 +251,7 @@ impl ContainerCgroup {
     /// Waits for the cgroup to empty, then recycles it into the pool (or
     /// removes it).
     pub async fn destroy(&self) -> Result<(), CgroupError> {
+        self.settled().await;
         let m = self.mgr.clone();
         blocking(&self.path, move || m.destroy().map(|_| ())).await
     }

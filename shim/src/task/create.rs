@@ -124,7 +124,10 @@ async fn steps(
         // The agent plays the pod's sandbox container: its cgroup is the agent's.
         let cg = early.ready(&spec).await?;
         crate::phase!("cgroup");
-        cg.add_pid(sandbox.pid()).await?;
+        // The agent runs already and nothing waits on its place: the move
+        // (a grace-period wait for the kernel's lock) goes on after the
+        // reply; every later use of the cgroup waits for it.
+        cg.add_pid_soon(sandbox.pid());
         crate::phase!("place");
         record_phases(&config);
         let init = Arc::new(Process::new("", sandbox.pid(), 1, stdio, None, None));
@@ -223,13 +226,7 @@ async fn steps(
         owned.push((FdKind::Namespace(kind), fd));
     }
     owned.extend(devices.device_fds);
-    // v2: the init starts in its cgroup. Inside a user namespace the agent
-    // may not write host-owned cgroup files, so there cgroup.procs it is.
-    if !sandbox.userns {
-        if let Some(fd) = cg.dir_fd() {
-            owned.push((FdKind::Cgroup, fd));
-        }
-    }
+    owned.extend(spawn::birthplace(&cg, sandbox.userns));
     let spawned = spawn::container(
         Spawn {
             sandbox: &sandbox,

@@ -1,9 +1,7 @@
 //! The container's cgroup, made (or claimed) in the background from the
 //! start of Create, so its mkdirs and writes overlap the agent's start and
 //! the rootfs set-up instead of adding to them. Its undo is registered at
-//! once: whichever step fails, a cgroup that got made is removed. On v1 it
-//! also starts the kernel's grace-period wait that the placement write would
-//! otherwise pay at the end of Create.
+//! once: whichever step fails, a cgroup that got made is removed.
 
 use std::sync::{Arc, Mutex};
 
@@ -48,17 +46,7 @@ pub fn start(svc: &Arc<Service>, spec: &Spec, id: &str, undo: &mut Undo) -> Earl
                     .await
                     .map_err(TaskError::blocking("cgroup set-up"))??
             };
-            let cg = ContainerCgroup::create(&all, &path, res).await?;
-            // v1: the placement write at the end of Create would wait a
-            // grace period for the kernel's lock; start that wait now, beside
-            // the agent's work (rund_cgroup's `prime.rs`). Not earlier: the
-            // wait holds cgroup_mutex, which the mkdirs above need.
-            tokio::task::spawn_blocking(move || {
-                if let Err(e) = all.prime_attach() {
-                    tracing::debug!("priming the cgroup placement lock: {e}");
-                }
-            });
-            Ok(cg)
+            Ok(ContainerCgroup::create(&all, &path, res).await?)
         }
         .instrument(made),
     );

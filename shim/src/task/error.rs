@@ -64,6 +64,8 @@ pub enum TaskError {
     ExecIntoPodSandbox { id: String },
     #[error("container {id} is not running: cannot exec {exec_id}")]
     ExecIntoStopped { id: String, exec_id: String },
+    #[error("container {id} is paused: cannot exec in a paused container (resume it first)")]
+    ExecIntoPaused { id: String },
     #[error("container {id} is not running")]
     NotRunning { id: String },
     #[error("container {id} has no cgroup")]

@@ -23,6 +23,10 @@ pub async fn exec(svc: &Arc<Service>, req: ExecProcessRequest) -> Result<()> {
     if c.is_pod_sandbox {
         return Err(TaskError::ExecIntoPodSandbox { id: req.id }.into());
     }
+    // As runc: a process born in a frozen cgroup could not set itself up.
+    if c.paused.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err(TaskError::ExecIntoPaused { id: req.id }.into());
+    }
     if c.init.exit().is_some() || !c.init.started.load(std::sync::atomic::Ordering::SeqCst) {
         return Err(TaskError::ExecIntoStopped {
             id: req.id,
@@ -49,7 +53,11 @@ pub async fn exec(svc: &Arc<Service>, req: ExecProcessRequest) -> Result<()> {
         id: &req.id,
         exec_id: &req.exec_id,
         stdio: &stdio,
-        owned: Vec::new(),
+        owned: c
+            .cgroup
+            .as_ref()
+            .map(|cg| spawn::birthplace(cg, sandbox.userns))
+            .unwrap_or_default(),
         keep_io: svc.keep_io(&req.id, &req.exec_id),
     };
     let on_failure = OnFailure::parse(&svc.config().memlock.on_failure)?;

@@ -131,6 +131,22 @@ async fn end_process(sb: &Sandbox, id: &str, exec_id: &str) {
 
 /// Puts the process in its cgroup and raises its rlimits from here, the
 /// initial user namespace (only there can a hard limit go up).
+/// The fds that let the agent fork a process born in `cg`, so placement
+/// has nothing to move: the v2 directory (not from inside a user namespace,
+/// where the kernel refuses CLONE_INTO_CGROUP into a host-owned cgroup), or
+/// v1's `tasks` files.
+pub fn birthplace(cg: &ContainerCgroup, userns: bool) -> Vec<(FdKind, OwnedFd)> {
+    let mut fds: Vec<_> = cg
+        .tasks_fds()
+        .into_iter()
+        .map(|fd| (FdKind::CgroupTasks, fd))
+        .collect();
+    if !userns {
+        fds.extend(cg.dir_fd().map(|fd| (FdKind::Cgroup, fd)));
+    }
+    fds
+}
+
 pub async fn place(
     p: &Spawned,
     cg: Option<&ContainerCgroup>,

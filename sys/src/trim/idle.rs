@@ -7,7 +7,7 @@
 //! futex wait, where a runtime would return through its scheduler first.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,18 @@ struct Trimmer {
 }
 
 static TRIMMER: OnceLock<Option<Trimmer>> = OnceLock::new();
+
+/// Held by a trim and by [`no_trim_while`]: a raw clone3 runs no fork
+/// handlers, so a child forked while the trimmer held the heap's lock (it
+/// reads smaps into the heap) would wait on that lock forever.
+static FORKS: Mutex<()> = Mutex::new(());
+
+/// Runs `fork` (a raw clone3 and whatever must precede it) with no trim in
+/// progress in this process.
+pub fn no_trim_while<T>(fork: impl FnOnce() -> T) -> T {
+    let _held = FORKS.lock().unwrap_or_else(|e| e.into_inner());
+    fork()
+}
 
 /// Records activity: the process trims once none has followed for `after`
 /// (the latest caller's `after` counts). Zero turns the trim off.
@@ -88,6 +100,7 @@ fn run(t: &Trimmer) -> ! {
             std::thread::park_timeout(left);
         }
         if t.quiet.still(ticket) {
+            let _held = FORKS.lock().unwrap_or_else(|e| e.into_inner());
             let _ = super::trim_self();
             t.trims.fetch_add(1, Ordering::SeqCst);
             t.trimmed.store(ticket, Ordering::SeqCst);

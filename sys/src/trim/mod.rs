@@ -12,7 +12,7 @@
 //! from the file by `MADV_DONTNEED`, losing the writes.
 
 mod idle;
-pub use idle::{activity, trims};
+pub use idle::{activity, no_trim_while, trims};
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -156,6 +156,27 @@ pub fn shim_of(ctd: &Containerd, id: &str) -> Option<u32> {
         .map(|p| p.pid)
 }
 
+/// Waits until the pod's agent (the shim's `rund-agent` child) is in the
+/// pod sandbox's cgroup on every hierarchy: the shim moves it there after
+/// RunPodSandbox has answered. False if it is not within `limit`.
+pub fn agent_placed(shim: u32, pod_id: &str, limit: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let placed = crate::pernode::children_named(shim, "rund-agent")
+            .first()
+            .and_then(|a| std::fs::read_to_string(format!("/proc/{a}/cgroup")).ok())
+            .is_some_and(|t| {
+                t.lines()
+                    .filter(|l| !l.ends_with(":/"))
+                    .all(|l| l.contains(pod_id))
+            });
+        if placed || std::time::Instant::now() > deadline {
+            return placed;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// The nearest ancestor of `pid` (itself excluded) whose comm is `comm` (the agent's exe
 /// link is useless: it pivoted into a root of its own).
 pub fn ancestor_named(pid: u32, comm: &str) -> Option<u32> {

@@ -78,15 +78,18 @@ impl CgroupManager {
                 reason: format!("{pid} is not a process id"),
             });
         }
-        // v2: an init started with clone3(CLONE_INTO_CGROUP) is already
-        // there; writing cgroup.procs again would still take the kernel's
-        // global threadgroup lock for nothing.
-        if let Dirs::V2(d) = &self.dirs {
-            if tree::in_cgroup_v2(d, pid) {
-                return Ok(());
+        // A process born in its cgroup (`birth.rs`) is already there;
+        // writing cgroup.procs again would still take the kernel's global
+        // threadgroup lock for nothing.
+        let missing = match &self.dirs {
+            Dirs::V2(d) if tree::in_cgroup_v2(d, pid) => Vec::new(),
+            Dirs::V2(d) => vec![d.as_path()],
+            Dirs::V1(v) => {
+                let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok();
+                crate::birth::missing_v1(v, text.as_deref())
             }
-        }
-        for d in self.dirs.all() {
+        };
+        for d in missing {
             ctl::write(self.fs.as_ref(), d, "cgroup.procs", &pid.to_string())?;
         }
         Ok(())
@@ -166,6 +169,16 @@ impl CgroupManager {
         };
         let f = std::fs::File::open(d).map_err(|e| Error::io("open", d, e))?;
         Ok(OwnedFd::from(f))
+    }
+
+    /// v1: `tasks` of every hierarchy, open for writing, for a thread that
+    /// moves itself in to fork a process born in the cgroup (`birth.rs`).
+    /// Empty on v2 (`cgroup_dir_fd` serves there).
+    pub fn tasks_fds(&self) -> Result<Vec<OwnedFd>> {
+        match &self.dirs {
+            Dirs::V1(v) => crate::birth::tasks_fds(v),
+            Dirs::V2(_) => Ok(Vec::new()),
+        }
     }
 
     /// Wait until empty, then give the cgroup back: recycled or kept by
