@@ -56,6 +56,8 @@ fn run(cfg: &LaunchConfig, sync: &OwnedFd, init_bin: InitBinary) -> Result<(), A
     // One connection, a handful of fds: a small event buffer is plenty.
     let rt = tokio::runtime::Builder::new_current_thread()
         .max_io_events_per_tick(64)
+        .on_thread_park(rund_sys::trim::stack::parking)
+        .on_thread_unpark(rund_sys::trim::stack::unparked)
         .enable_all()
         .build()
         .map_err(|e| AgentError::Runtime(e.to_string()))?;

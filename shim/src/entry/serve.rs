@@ -30,6 +30,8 @@ pub fn run(flags: Flags) -> Result<(), EntryError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .max_blocking_threads(16)
         .thread_keep_alive(std::time::Duration::from_millis(500))
+        .on_thread_park(rund_sys::trim::stack::parking)
+        .on_thread_unpark(rund_sys::trim::stack::unparked)
         .enable_all()
         .build()
         .map_err(EntryError::Runtime)?;

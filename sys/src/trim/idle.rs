@@ -6,7 +6,7 @@
 //! the kernel's fault-around), and a parked thread goes straight back to a
 //! futex wait, where a runtime would return through its scheduler first.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -19,6 +19,8 @@ struct Trimmer {
     trimmed: AtomicU64,
     after_ms: AtomicU64,
     trims: AtomicU64,
+    /// Bumped by every activity: the idle trimmer's futex word.
+    wakes: AtomicU32,
     thread: Thread,
 }
 
@@ -48,6 +50,9 @@ pub fn activity(after: Duration) {
     };
     t.after_ms.store(ms, Ordering::SeqCst);
     t.quiet.activity();
+    t.wakes.fetch_add(1, Ordering::SeqCst);
+    super::raw::futex_wake(&t.wakes);
+    // Before its first trim the thread waits in std's park.
     t.thread.unpark();
 }
 
@@ -82,15 +87,19 @@ fn start() -> Option<Trimmer> {
         trimmed: AtomicU64::new(0),
         after_ms: AtomicU64::new(0),
         trims: AtomicU64::new(0),
+        wakes: AtomicU32::new(0),
         thread: handle.thread().clone(),
     })
 }
 
 fn run(t: &Trimmer) -> ! {
     loop {
+        let seen = t.wakes.load(Ordering::SeqCst);
         let ticket = t.quiet.current();
         if ticket == t.trimmed.load(Ordering::SeqCst) {
-            std::thread::park();
+            // Right after a trim: a raw futex wait, so nothing of libc's
+            // text (std's park) is faulted back in.
+            super::raw::futex_wait(&t.wakes, seen);
             continue;
         }
         let after = Duration::from_millis(t.after_ms.load(Ordering::SeqCst));

@@ -12,6 +12,8 @@
 //! from the file by `MADV_DONTNEED`, losing the writes.
 
 mod idle;
+mod raw;
+pub mod stack;
 pub use idle::{activity, no_trim_while, trims};
 
 use std::io;
@@ -128,27 +130,51 @@ pub fn lean_malloc(threshold: usize) {
     }
 }
 
+/// The most mappings one trim unmaps (a process maps a few dozen files).
+const MAX_SPANS: usize = 128;
+
 /// Gives the heap's free pages back, then unmaps this process's trimmable
 /// pages; returns the kB that were resident in those mappings.
+#[inline(always)]
 pub fn trim_self() -> io::Result<u64> {
+    let mut spans = [(0usize, 0usize, 0u64); MAX_SPANS];
+    let n = plan(&mut spans)?;
+    Ok(unmap(&spans[..n]))
+}
+
+/// Frees the heap's free pages and lists what to unmap, (start, len, kB):
+/// everything that allocates or calls libc happens here, before the
+/// unmapping.
+#[inline(never)]
+fn plan(spans: &mut [(usize, usize, u64); MAX_SPANS]) -> io::Result<usize> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps")?;
+    let mut n = 0;
+    for (slot, m) in spans.iter_mut().zip(trimmable(&smaps)) {
+        *slot = (m.start, m.end - m.start, m.rss_kb);
+        n += 1;
+    }
+    drop(smaps);
+    // Last: the smaps text just freed is heap too.
     // SAFETY: malloc_trim only releases free heap memory (MADV_DONTNEED on
     // free chunks); live allocations are untouched.
     unsafe { libc::malloc_trim(0) };
-    let smaps = std::fs::read_to_string("/proc/self/smaps")?;
-    let maps = trimmable(&smaps);
-    // Freed before the unmapping: less code runs after it.
-    drop(smaps);
+    Ok(n)
+}
+
+/// The unmapping: raw syscalls only, no allocation, inlined into the
+/// caller, so the code that runs after it (and faults its pages back with
+/// their 64 KiB neighbours) is one small stretch of the caller's.
+#[inline(always)]
+fn unmap(spans: &[(usize, usize, u64)]) -> u64 {
     let mut kb = 0;
-    for m in maps {
-        let (addr, len) = (m.start as *mut libc::c_void, m.end - m.start);
+    for &(addr, len, rss) in spans {
         // Only page-table entries go: a later access faults the same file contents back.
         // SAFETY: a whole private, read-only, never-written file mapping of this process.
-        let r = unsafe { libc::madvise(addr, len, libc::MADV_DONTNEED) };
-        if r == 0 {
-            kb += m.rss_kb;
+        if unsafe { raw::madvise(addr, len, libc::MADV_DONTNEED) } == 0 {
+            kb += rss;
         }
     }
-    Ok(kb)
+    kb
 }
 
 #[cfg(test)]
