@@ -44,6 +44,13 @@ fn pods_share_one_shim_and_it_leaves_after_the_last() {
         "one shim serves every pod: {shims:?}"
     );
     let node = shims[0];
+    // The pods share the node's cgroup set-up: one pool refiller, not one a pod.
+    let refillers = std::fs::read_dir(format!("/proc/{node}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|c| c.trim() == "rund-cgroup-ref")
+        .count();
+    assert!(refillers <= 1, "{refillers} pool refillers in the node");
     let control = control_socket(&ctd);
     assert!(
         control.exists(),

@@ -119,6 +119,11 @@ impl Service {
         Ok(made)
     }
 
+    /// Uses a cgroup set-up made elsewhere (the node's, shared by its pods).
+    pub(crate) fn use_cgroups(&self, made: Arc<rund_cgroup::Cgroups>) {
+        *self.cgroups.lock().expect("cgroups lock") = Some(made);
+    }
+
     /// The running sandbox, if any.
     pub(crate) fn sandbox(&self) -> Option<Arc<Sandbox>> {
         match &*pod::lock(&self.sandbox) {

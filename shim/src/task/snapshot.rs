@@ -36,6 +36,9 @@ pub struct NodeLink {
     pub keep_agent: KeepAgent,
     /// The keeper for one process's stdio (container id, exec id).
     pub keep_io: KeepIoOf,
+    /// One write of the record at a time, so the last snapshot taken is the
+    /// one left (the node's runtime has several workers).
+    pub writing: tokio::sync::Mutex<()>,
 }
 
 /// The pod as containerd's `start` handed it to the node.
@@ -132,6 +135,7 @@ impl Service {
     /// Writes the pod's record (per-node mode only), replacing the last.
     pub(crate) async fn persist(&self) {
         let Some(link) = self.node.get() else { return };
+        let _one = link.writing.lock().await;
         let record = self.record(&link.pod).await;
         let path = link.record.clone();
         if let Err(e) = write_record(&path, &record) {

@@ -50,12 +50,22 @@ pub fn hand_over(
     config_path: Option<String>,
 ) -> Result<(), EntryError> {
     let control = control_path(flags, config_path.as_deref());
-    let _lock = NodeLock::take(&control)?;
-    let stream = match UnixStream::connect(&control) {
-        Ok(s) => s,
+    // Hand-overs to a running node share the lock (a burst of starts must
+    // not queue on it); only starting the node takes it alone.
+    let shared = NodeLock::share(&control)?;
+    let (stream, _lock) = match UnixStream::connect(&control) {
+        Ok(s) => (s, shared),
         Err(_) => {
-            spawn(flags, state_dir, &control)?;
-            UnixStream::connect(&control).map_err(node_err("connect"))?
+            drop(shared);
+            let alone = NodeLock::take(&control)?;
+            let s = match UnixStream::connect(&control) {
+                Ok(s) => s,
+                Err(_) => {
+                    spawn(flags, state_dir, &control)?;
+                    UnixStream::connect(&control).map_err(node_err("connect"))?
+                }
+            };
+            (s, alone)
         }
     };
     let req = wire::PodRequest {
@@ -98,8 +108,8 @@ fn node_err(op: &'static str) -> impl FnOnce(std::io::Error) -> EntryError {
     move |e| EntryError::Node(format!("node shim: {op}: {e}"))
 }
 
-/// The exclusive lock beside the control socket, held while a pod is handed
-/// over and while the node decides to leave.
+/// The lock beside the control socket: held shared while a pod is handed
+/// over, alone while the node is started and while it decides to leave.
 pub struct NodeLock {
     _lock: Flock<File>,
     path: PathBuf,
@@ -109,6 +119,12 @@ impl NodeLock {
     /// Waits for the lock.
     pub fn take(control: &str) -> Result<NodeLock, EntryError> {
         Self::lock(control, FlockArg::LockExclusive)?
+            .ok_or_else(|| EntryError::Node("node lock: a blocking lock would block".into()))
+    }
+
+    /// Waits for the lock, shared with other holders of it shared.
+    pub fn share(control: &str) -> Result<NodeLock, EntryError> {
+        Self::lock(control, FlockArg::LockShared)?
             .ok_or_else(|| EntryError::Node("node lock: a blocking lock would block".into()))
     }
 
@@ -198,6 +214,19 @@ mod tests {
         let held = NodeLock::take(&control).unwrap();
         assert!(NodeLock::try_take(&control).unwrap().is_none());
         drop(held);
+        assert!(NodeLock::try_take(&control).unwrap().is_some());
+    }
+
+    #[test]
+    fn hand_overs_share_the_lock_and_keep_the_node_from_leaving() {
+        let dir = tempfile::tempdir().unwrap();
+        let control = dir.path().join("ctl").display().to_string();
+        let a = NodeLock::share(&control).unwrap();
+        let b = NodeLock::share(&control).unwrap();
+        assert!(NodeLock::try_take(&control).unwrap().is_none());
+        drop(a);
+        assert!(NodeLock::try_take(&control).unwrap().is_none());
+        drop(b);
         assert!(NodeLock::try_take(&control).unwrap().is_some());
     }
 

@@ -1,9 +1,9 @@
 //! The node's shim: a control socket that admits pods, and one ttrpc server
-//! per pod on the pod's own socket, all on one thread. A pod's server closes
+//! per pod on the pod's own socket, on a runtime with a worker per CPU. A pod's server closes
 //! on the pod's own exit signal (Shutdown, ShutdownSandbox), as a per-pod
 //! shim would exit; the process leaves after [`LINGER`] without pods.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::fd::AsFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -29,6 +29,7 @@ use crate::task::exit_signal::ExitSignal;
 use crate::task::publish::Publisher;
 use crate::task::snapshot::PodMeta;
 use crate::task::Service;
+use rund_cgroup::{CgroupConfig, Cgroups};
 
 /// How long the node's shim stays with no pod: pods come and go in bursts.
 pub const LINGER: Duration = Duration::from_secs(2);
@@ -50,6 +51,9 @@ pub(super) struct Node {
     changed: Notify,
     /// Warm agents, launched from the first admitted pod's config.
     warm: std::sync::OnceLock<Option<Arc<WarmPool>>>,
+    /// The cgroup set-up (hierarchies, pool and its one refiller thread),
+    /// made once per `[cgroup]` config, not once per pod.
+    cgroups: Mutex<Vec<(CgroupConfig, Arc<Cgroups>)>>,
 }
 
 #[derive(Default)]
@@ -57,20 +61,33 @@ pub(super) struct Pods {
     /// The pods served, by socket address; a pod leaves this map as soon as
     /// its exit signal comes, so the same address can be served anew.
     by_socket: HashMap<String, Arc<Service>>,
+    /// Sockets whose admission is under way (hand-overs run side by side).
+    admitting: HashSet<String>,
     /// Pod servers not yet closed, those on their way out included.
     servers: usize,
 }
 
 impl Node {
     /// Gives `service` the node's warm agents, launching them from its config
-    /// if it is the node's first pod.
-    pub(super) fn share_warm(&self, service: &Service, debug: bool) {
+    /// if it is the node's first pod, and the node's cgroup set-up.
+    pub(super) fn share(&self, service: &Service, debug: bool) {
         let pool = self
             .warm
             .get_or_init(|| warm_pool(&service.config(), debug))
             .clone();
         if let Some(pool) = pool {
             let _ = service.warm.set(pool);
+        }
+        let want = service.config().cgroup.clone();
+        let mut made = self.cgroups.lock().unwrap_or_else(|e| e.into_inner());
+        match made.iter().find(|(config, _)| *config == want) {
+            Some((_, cgroups)) => service.use_cgroups(cgroups.clone()),
+            // A failure is left to the pod's Create to report.
+            None => {
+                if let Ok(cgroups) = service.cgroups() {
+                    made.push((want, cgroups));
+                }
+            }
         }
     }
 
@@ -110,7 +127,11 @@ pub fn main(flags: Flags, control: String, log: PathBuf, handoff: Handoff) -> i3
             return 1;
         }
     };
-    let rt = match tokio::runtime::Builder::new_current_thread()
+    // Every pod's Create runs here: one worker per CPU, or a burst of starts
+    // queues behind one thread while the per-pod shims would use them all.
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8));
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
         .max_blocking_threads(64)
         .thread_keep_alive(Duration::from_millis(500))
         .enable_all()
@@ -154,6 +175,7 @@ async fn run(
         pods: Mutex::new(Pods::default()),
         changed: Notify::new(),
         warm: std::sync::OnceLock::new(),
+        cgroups: Default::default(),
     });
     adopt::hear_news(handoff.news, node.fostered.clone());
     let (listener, _kept_control) = match replay.take_control(&node.stash) {
@@ -287,17 +309,35 @@ async fn handle(node: Arc<Node>, stream: UnixStream) {
     let _ = write.write_all(format!("{reply}\n").as_bytes()).await;
 }
 
-/// Serves one more pod on its own socket until its exit signal.
+/// Serves one more pod on its own socket until its exit signal. A second
+/// hand-over of a pod being admitted waits for the first's outcome.
 async fn admit(node: &Arc<Node>, req: PodRequest) -> Result<(), String> {
-    if node.pods().by_socket.contains_key(&req.socket) {
-        return Ok(());
+    loop {
+        let changed = node.changed.notified();
+        {
+            let mut pods = node.pods();
+            if pods.by_socket.contains_key(&req.socket) {
+                return Ok(());
+            }
+            if pods.admitting.insert(req.socket.clone()) {
+                break;
+            }
+        }
+        changed.await;
     }
+    let r = admit_new(node, &req).await;
+    node.pods().admitting.remove(&req.socket);
+    node.changed.notify_waiters();
+    r
+}
+
+async fn admit_new(node: &Arc<Node>, req: &PodRequest) -> Result<(), String> {
     let config =
         RundConfig::load(req.config_path.as_deref().map(Path::new)).map_err(|e| e.to_string())?;
     let exit = Arc::new(ExitSignal::default());
     let events = Events::new(node.publisher.clone(), req.namespace.clone());
     let service = Arc::new(Service::new(config, events, exit.clone(), req.debug));
-    node.share_warm(&service, req.debug);
+    node.share(&service, req.debug);
     let (path, listener) = serve::bind_pod(&req.socket).map_err(|e| e.to_string())?;
     let meta = PodMeta {
         socket: req.socket.clone(),
@@ -322,7 +362,7 @@ async fn admit(node: &Arc<Node>, req: PodRequest) -> Result<(), String> {
             return Err(e.to_string());
         }
     };
-    serve_until_exit(node, req.socket, service, exit, pod);
+    serve_until_exit(node, req.socket.clone(), service, exit, pod);
     Ok(())
 }
 

@@ -111,6 +111,7 @@ pub(in crate::entry::node) fn link(node: &Arc<Node>, service: &Arc<Service>, pod
     let link = NodeLink {
         keep_io: Box::new(keep_io),
         record: record_path(node, &pod.socket),
+        writing: Default::default(),
         pod,
         keep_agent: Box::new(move |agent: &Agent| {
             let fds = agent
@@ -241,7 +242,7 @@ async fn pod(node: &Arc<Node>, socket: &str, fds: PodFds, generation: u64) -> Re
     let events = Events::new(node.publisher(), record.pod.namespace.clone());
     let service = Arc::new(Service::new(config, events, exit.clone(), record.pod.debug));
     link(node, &service, record.pod.clone());
-    node.share_warm(&service, record.pod.debug);
+    node.share(&service, record.pod.debug);
     let agent = match fds.agent {
         Some((pid, mut fds, kept)) => {
             let fdpass = fds.remove(1);
