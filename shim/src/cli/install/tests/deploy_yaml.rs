@@ -269,7 +269,7 @@ fn runtime_class_has_overhead_and_scheduling() {
     // The figures measured with `make bench` (shim + agent RSS per pod, rounded up).
     assert_eq!(
         rc.overhead.pod_fixed.get("memory").map(String::as_str),
-        Some("16Mi")
+        Some("8Mi")
     );
     assert_eq!(
         rc.overhead.pod_fixed.get("cpu").map(String::as_str),
