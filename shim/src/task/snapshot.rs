@@ -36,8 +36,8 @@ pub struct NodeLink {
     pub keep_agent: KeepAgent,
     /// The keeper for one process's stdio (container id, exec id).
     pub keep_io: KeepIoOf,
-    /// One write of the record at a time, so the last snapshot taken is the
-    /// one left (the node's runtime has several workers).
+    /// One snapshot and write of the record at a time, so the last snapshot
+    /// taken is the one left (taking one awaits the containers' lock).
     pub writing: tokio::sync::Mutex<()>,
 }
 

@@ -1,5 +1,6 @@
 //! The node's shim: a control socket that admits pods, and one ttrpc server
-//! per pod on the pod's own socket, on a runtime with a worker per CPU. A pod's server closes
+//! per pod on the pod's own socket, all on one thread (mounts, forks and
+//! cgroup work go to the blocking pool). A pod's server closes
 //! on the pod's own exit signal (Shutdown, ShutdownSandbox), as a per-pod
 //! shim would exit; the process leaves after [`LINGER`] without pods.
 
@@ -127,11 +128,7 @@ pub fn main(flags: Flags, control: String, log: PathBuf, handoff: Handoff) -> i3
             return 1;
         }
     };
-    // Every pod's Create runs here: one worker per CPU, or a burst of starts
-    // queues behind one thread while the per-pod shims would use them all.
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8));
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
+    let rt = match tokio::runtime::Builder::new_current_thread()
         .max_blocking_threads(64)
         .thread_keep_alive(Duration::from_millis(500))
         .enable_all()
