@@ -118,13 +118,16 @@ pub struct NodeLock {
 impl NodeLock {
     /// Waits for the lock.
     pub fn take(control: &str) -> Result<NodeLock, EntryError> {
-        Self::lock(control, FlockArg::LockExclusive)?
-            .ok_or_else(|| EntryError::Node("node lock: a blocking lock would block".into()))
+        Self::wait(control, FlockArg::LockExclusive)
     }
 
     /// Waits for the lock, shared with other holders of it shared.
     pub fn share(control: &str) -> Result<NodeLock, EntryError> {
-        Self::lock(control, FlockArg::LockShared)?
+        Self::wait(control, FlockArg::LockShared)
+    }
+
+    fn wait(control: &str, how: FlockArg) -> Result<NodeLock, EntryError> {
+        Self::lock(control, how)?
             .ok_or_else(|| EntryError::Node("node lock: a blocking lock would block".into()))
     }
 
