@@ -9,7 +9,7 @@ export RUND_CACHE
 
 .PHONY: all deps build demo test test-unit test-integration test-integration-1.6 \
 	test-integration-2.1 containerd-2.1 vm-deps test-v2 churn-v2 test-rdma-vm lint fmt bench \
-	bench-quick bench-micro fuzz-quick soak clean
+	bench-quick bench-micro link-order test-linkorder fuzz-quick soak clean
 
 all: build
 
@@ -24,8 +24,9 @@ demo: build
 	@sh deploy/demo.sh $(BIN_DIR)
 
 # The whole suite: lint, unit tests of every crate, then the integration
-# tests against a private containerd 1.6 and again against 2.1 (they need root).
-test: build containerd-2.1 lint test-unit test-integration
+# tests against a private containerd 1.6 and again against 2.1 (they need root),
+# and the release link (test-linkorder).
+test: build containerd-2.1 lint test-unit test-integration test-linkorder
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -106,6 +107,18 @@ bench: deps
 bench-quick: deps
 	$(CARGO) build --release -p rund-shim -p rund-agent -p rund-benches
 	RUND_BIN_DIR=$(TARGET_DIR)/release $(TARGET_DIR)/release/rund-bench --quick $(BENCH_ARGS)
+
+# The release link as make bench and production builds make it: DT_RELR, and
+# the functions of linkorder/*.order packed first in .text.
+test-linkorder:
+	$(CARGO) build --release -p rund-shim -p rund-agent
+	python3 linkorder/check.py $(TARGET_DIR)/release
+
+# Re-profile which functions the shim and agent run and rewrite
+# linkorder/*.order (root: it turns the disk's readahead off for the run).
+link-order: deps
+	$(CARGO) build --release -p rund-shim -p rund-agent
+	linkorder/profile.sh $(TARGET_DIR)/release
 
 # criterion micro-benches (cgroup claim vs mkdir, spec processing, device scan).
 bench-micro: deps

@@ -6,7 +6,11 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+// Release link arguments: relocations packed, hot functions first.
+include!("../linkorder/link_args.rs");
+
 fn main() {
+    link_release("rund-agent");
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("manifest dir"))
         .join("../init/Cargo.toml");

@@ -38,18 +38,8 @@ for b in containerd-shim-rund-v2 rund-agent rund; do
     [ -e "$BIN_DIR/$b" ] && ln -s "$BIN_DIR/$b" "$WORK/bin/$b"
 done
 for t in mount umount sh; do ln -s "$(command -v $t)" "$WORK/bin/$t"; done
-cat > "$WORK/config.toml" <<CFG
-version = 2
-root = "$WORK/root"
-state = "$WORK/state"
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
-[grpc]
-  address = "$WORK/c.sock"
-[ttrpc]
-  address = "$WORK/c.sock.ttrpc"
-[debug]
-  level = "info"
-CFG
+. "$(dirname "$0")/private-containerd.sh"
+{ private_containerd_config "$WORK"; printf '[debug]\n  level = "info"\n'; } > "$WORK/config.toml"
 CONTAINERD=$(command -v containerd) || { echo "demo: containerd is missing" >&2; exit 1; }
 PATH="$WORK/bin" "$CONTAINERD" --config "$WORK/config.toml" > "$WORK/containerd.log" 2>&1 &
 CTD_PID=$!

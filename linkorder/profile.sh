@@ -1,0 +1,83 @@
+#!/bin/bash
+# Regenerates the link order of the shim and the agent (`make link-order`).
+#
+# Which functions run: the release binaries are copied, dropped from the page
+# cache, and driven through a private containerd 1.6 with the disk's
+# readahead off, so each page read is a page touched. Pods: start, idle trim,
+# polls (State, Metrics, Pids), exec, kill, delete, `ctr run --rm`. Polled
+# functions go first (an idle shim maps them back when containerd or the
+# kubelet asks), then the rest. lld packs them at the start of .text, so the
+# kernel's 64 kB fault-around maps hot code instead of its neighbours.
+# Stale entries only cost locality: lld skips names it does not find.
+set -eu
+cd "$(dirname "$0")"
+BIN_DIR=$(realpath "${1:-../target/release}")
+HERE=$PWD
+WORK=$(mktemp -d /tmp/rund-linkorder.XXXXXX)
+CTD_PID=""
+CTR="ctr --address $WORK/c.sock --namespace linkorder"
+DEV=$(findmnt -no SOURCE -T "$WORK")
+DISK=$(lsblk -no PKNAME "$DEV" 2>/dev/null | head -1)
+RA=/sys/block/${DISK:-$(basename "$DEV")}/queue/read_ahead_kb
+OLD_RA=$(cat "$RA")
+cleanup() {
+    echo "$OLD_RA" > "$RA"
+    [ -n "$CTD_PID" ] && { kill "$CTD_PID"; for _ in $(seq 50); do kill -0 "$CTD_PID" 2>/dev/null || break; sleep 0.2; done; }
+    grep -o " $WORK[^ ]*" /proc/mounts 2>/dev/null | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT INT TERM
+
+BINS="containerd-shim-rund-v2 rund-agent"
+mkdir -p "$WORK/real" "$WORK/bin"
+for b in $BINS rund; do cp "$BIN_DIR/$b" "$WORK/real/$b"; done
+gcc -shared -fPIC -O1 -o "$WORK/nofadvise.so" nofadvise.c
+ln -s ../real/rund-agent "$WORK/bin/rund-agent"
+ln -s ../real/rund "$WORK/bin/rund"
+printf '#!/bin/sh\nLD_PRELOAD=%s exec %s "$@"\n' "$WORK/nofadvise.so" "$WORK/real/containerd-shim-rund-v2" > "$WORK/bin/containerd-shim-rund-v2"
+chmod +x "$WORK/bin/containerd-shim-rund-v2"
+for t in mount umount; do ln -s "$(command -v $t)" "$WORK/bin/$t"; done
+ROOTFS=$WORK/rootfs
+mkdir -p "$ROOTFS/bin" "$ROOTFS/proc" "$ROOTFS/sys" "$ROOTFS/dev" "$ROOTFS/tmp" "$ROOTFS/etc"
+cp /bin/busybox "$ROOTFS/bin/busybox"
+for a in sleep true sh; do ln -s busybox "$ROOTFS/bin/$a"; done
+. ../deploy/private-containerd.sh
+private_containerd_config "$WORK" > "$WORK/config.toml"
+printf 'state_dir = "%s/rund"\n' "$WORK" > "$WORK/rund.toml"
+RUND_CONFIG=$WORK/rund.toml PATH="$WORK/bin:/usr/sbin:/usr/bin:/sbin:/bin" /usr/bin/containerd --config "$WORK/config.toml" > "$WORK/containerd.log" 2>&1 &
+CTD_PID=$!
+for _ in $(seq 100); do $CTR version >/dev/null 2>&1 && break; sleep 0.1; done
+run=(--null-io --runtime io.containerd.rund.v2 --rootfs "$ROOTFS")
+
+snapshot() { for b in $BINS; do python3 pages.py list "$WORK/real/$b" >> "$WORK/$b.$1"; done; }
+evict() { for b in $BINS rund; do python3 pages.py evict "$WORK/real/$b"; done; }
+stop() {
+    $CTR task kill "$1"
+    for _ in $(seq 100); do $CTR task ls | grep -q "^$1 .*STOPPED" && break; sleep 0.1; done
+    $CTR task delete "$1" >/dev/null
+    $CTR container rm "$1"
+}
+
+echo 0 > "$RA"
+evict
+for round in 1 2; do
+    $CTR run -d "${run[@]}" "p$round" /bin/sleep 100000
+    sleep 2 # past the idle trim: the shim and agent unmap what they ran
+    snapshot all
+    evict
+    for _ in 1 2; do
+        $CTR task ls >/dev/null
+        $CTR task metrics "p$round" >/dev/null
+        $CTR task ps "p$round" >/dev/null
+    done
+    snapshot polled
+    $CTR task exec --exec-id "e$round" "p$round" /bin/true
+    stop "p$round"
+    $CTR run --rm "${run[@]}" "r$round" /bin/true
+    snapshot all
+    evict
+done
+for b in $BINS; do
+    python3 order.py "$BIN_DIR/$b" "$WORK/$b.polled" <(cat "$WORK/$b.all" "$WORK/$b.polled") > "$b.order"
+    echo "$b: $(sort -u "$WORK/$b.polled" | wc -l) pages polled, $(cat "$WORK/$b.all" "$WORK/$b.polled" | sort -u | wc -l) in all; $(wc -l < "$b.order") functions"
+done
