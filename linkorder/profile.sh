@@ -12,13 +12,14 @@
 set -eu
 cd "$(dirname "$0")"
 BIN_DIR=$(realpath "${1:-../target/release}")
-HERE=$PWD
+[ "$(id -u)" = 0 ] || { echo "link-order: needs root (containerd, and the disk's readahead)" >&2; exit 1; }
 WORK=$(mktemp -d /tmp/rund-linkorder.XXXXXX)
 CTD_PID=""
 CTR="ctr --address $WORK/c.sock --namespace linkorder"
 DEV=$(findmnt -no SOURCE -T "$WORK")
 DISK=$(lsblk -no PKNAME "$DEV" 2>/dev/null | head -1)
 RA=/sys/block/${DISK:-$(basename "$DEV")}/queue/read_ahead_kb
+[ -w "$RA" ] || { echo "link-order: $WORK is on $DEV, which has no readahead setting ($RA): run it where /tmp is on a disk" >&2; rm -rf "$WORK"; exit 1; }
 OLD_RA=$(cat "$RA")
 cleanup() {
     echo "$OLD_RA" > "$RA"
@@ -81,3 +82,5 @@ for b in $BINS; do
     python3 order.py "$BIN_DIR/$b" "$WORK/$b.polled" <(cat "$WORK/$b.all" "$WORK/$b.polled") > "$b.order"
     echo "$b: $(sort -u "$WORK/$b.polled" | wc -l) pages polled, $(cat "$WORK/$b.all" "$WORK/$b.polled" | sort -u | wc -l) in all; $(wc -l < "$b.order") functions"
 done
+# check.py holds missing names against the order only under this toolchain.
+rustc --version > toolchain
