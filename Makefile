@@ -7,7 +7,7 @@ export RUND_BIN_DIR := $(BIN_DIR)
 RUND_CACHE ?= /var/cache/rund
 export RUND_CACHE
 
-.PHONY: all deps build demo test test-unit test-integration test-integration-1.6 \
+.PHONY: all deps build release demo test test-unit test-integration test-integration-1.6 \
 	test-integration-2.1 containerd-2.1 vm-deps test-v2 churn-v2 test-rdma-vm lint fmt bench \
 	bench-quick bench-micro link-order test-linkorder fuzz-quick soak clean
 
@@ -100,24 +100,29 @@ soak: build
 # Kubernetes-shaped study (CRI pods in kubelet-made cgroups: runc-v2, rund pool
 # on/off; --skip-kube, --kube-pods 1,50,200); results in target/bench/
 # (results.json, plot.svg). BENCH_ARGS passes flags through.
-bench: deps
-	$(CARGO) build --release -p rund-shim -p rund-agent -p rund-benches
+bench: release
+	$(CARGO) build --release -p rund-benches
 	RUND_BIN_DIR=$(TARGET_DIR)/release $(TARGET_DIR)/release/rund-bench $(BENCH_ARGS)
 
-bench-quick: deps
-	$(CARGO) build --release -p rund-shim -p rund-agent -p rund-benches
+bench-quick: release
+	$(CARGO) build --release -p rund-benches
 	RUND_BIN_DIR=$(TARGET_DIR)/release $(TARGET_DIR)/release/rund-bench --quick $(BENCH_ARGS)
 
-# The release link as make bench and production builds make it: DT_RELR, and
-# the functions of linkorder/*.order packed first in .text.
-test-linkorder:
+# The release binaries (target/release: containerd-shim-rund-v2, rund,
+# rund-agent), built on their own: built together with other packages, cargo
+# unifies features and the functions get other symbol names than the ones
+# linkorder/*.order lists.
+release: deps
 	$(CARGO) build --release -p rund-shim -p rund-agent
+
+# The release link as make release makes it: DT_RELR, and the functions of
+# linkorder/*.order packed first in .text.
+test-linkorder: release
 	python3 linkorder/check.py $(TARGET_DIR)/release
 
 # Re-profile which functions the shim and agent run and rewrite
 # linkorder/*.order (root: it turns the disk's readahead off for the run).
-link-order: deps
-	$(CARGO) build --release -p rund-shim -p rund-agent
+link-order: release
 	linkorder/profile.sh $(TARGET_DIR)/release
 
 # criterion micro-benches (cgroup claim vs mkdir, spec processing, device scan).

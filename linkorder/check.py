@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
 """`check.py BIN_DIR`: the release link arguments took effect (`make
 test-linkorder`). Fails when a binary lacks DT_RELR, or when the functions
-its order file names and the binary has are not packed together at the start
-of .text. Names the binary lacks (code changed since `make link-order`) are
+its order file names and the binary has are not packed together in .text. Names the binary lacks (code changed since `make link-order`) are
 reported; they fail the check only when the toolchain is still the one the
 order was made with (`linkorder/toolchain`) and under half remain."""
 import os
@@ -25,28 +24,24 @@ def check(bin_dir, name, same_toolchain):
     with open(os.path.join(HERE, name + ".order")) as f:
         order = [line.strip() for line in f if line.strip()]
     wanted = set(order)
-    text_start = None
     hot, cold = [], []
     for line in run("nm", "-n", "-S", "--defined-only", path).splitlines():
         p = line.split()
         if len(p) != 4 or p[2] not in "tTwW":
             continue
-        addr = int(p[0], 16)
-        if text_start is None or addr < text_start:
-            text_start = addr
-        (hot if p[3] in wanted else cold).append((addr, int(p[1], 16)))
+        (hot if p[3] in wanted else cold).append((int(p[0], 16), int(p[1], 16)))
     found = len(hot)
     share = found / len(wanted)
     print(f"{name}: {found} of {len(wanted)} ordered functions present ({share:.0%})")
     if hot:
+        start = min(a for a, _ in hot)
         end = max(a + s for a, s in hot)
         size = sum(s for _, s in hot)
-        # Packed: the ordered functions fill the span they occupy, and no
-        # other function sits inside it.
-        inside = [a for a, s in cold if s and min(a for a, _ in hot) <= a < end]
+        # Packed: no other function sits inside the span the ordered ones occupy.
+        inside = [a for a, s in cold if s and start <= a < end]
         if inside:
             problems.append(f"{len(inside)} unordered functions inside the ordered span "
-                            f"({size} bytes over {end - min(a for a, _ in hot)}): "
+                            f"({size} bytes over {end - start}): "
                             "--symbol-ordering-file was not applied")
     if same_toolchain and share < 0.5:
         problems.append("under half the ordered functions remain: run `make link-order`")
