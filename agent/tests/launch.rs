@@ -226,20 +226,28 @@ fn launch_agent(cfg: &LaunchConfig) -> Result<(Sandbox, AgentGuard), String> {
     };
     fdpass::send(sync_shim.as_fd(), &hdr, &[]).unwrap();
     launch::send_json(sync_shim.as_fd(), cfg).unwrap();
-    let agent_pid = match launch::recv_json::<SyncMsg>(sync_shim.as_fd()).unwrap() {
-        SyncMsg::AgentPid { pid } => pid,
-        SyncMsg::Error { message } => {
-            assert!(!launcher.wait().unwrap().success());
-            return Err(message);
+    // The launcher and the agent share the socket: the agent's Ready may
+    // come before the launcher's AgentPid (the shim accepts either order).
+    let mut ready = false;
+    let agent_pid = loop {
+        match launch::recv_json::<SyncMsg>(sync_shim.as_fd()).unwrap() {
+            SyncMsg::AgentPid { pid } => break pid,
+            SyncMsg::Ready if !ready => ready = true,
+            SyncMsg::Error { message } => {
+                assert!(!launcher.wait().unwrap().success());
+                return Err(message);
+            }
+            other => panic!("expected AgentPid (or one Ready), got {other:?}"),
         }
-        other => panic!("expected AgentPid, got {other:?}"),
     };
     let guard = AgentGuard(agent_pid);
     assert!(launcher.wait().unwrap().success());
-    assert_eq!(
-        launch::recv_json::<SyncMsg>(sync_shim.as_fd()).unwrap(),
-        SyncMsg::Ready
-    );
+    if !ready {
+        assert_eq!(
+            launch::recv_json::<SyncMsg>(sync_shim.as_fd()).unwrap(),
+            SyncMsg::Ready
+        );
+    }
     assert!(matches!(
         launch::recv_json::<SyncMsg>(sync_shim.as_fd()),
         Err(launch::SyncError::Closed)
