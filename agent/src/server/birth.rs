@@ -197,12 +197,41 @@ mod tests {
             exit_at_once()
         })
         .unwrap();
-        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap();
+        // The ended birth thread may still be listed for a moment.
+        let procs = settled(&dir.join("cgroup.procs"), &pid.to_string());
         let after = std::fs::read_to_string("/proc/thread-self/cgroup").unwrap();
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
         waitpid(pid, None).unwrap();
-        std::fs::remove_dir(&dir).unwrap();
-        assert_eq!(procs.trim(), pid.to_string(), "the child is in the cgroup");
+        remove_when_empty(&dir);
+        assert_eq!(procs, pid.to_string(), "only the child is in the cgroup");
         assert_eq!(after, before, "the caller moved");
+    }
+
+    /// The file's trimmed contents once they equal `want`, or after 2 s.
+    fn settled(file: &Path, want: &str) -> String {
+        let mut now = String::new();
+        for _ in 0..200 {
+            now = std::fs::read_to_string(file).unwrap().trim().to_string();
+            if now == want {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        now
+    }
+
+    /// rmdir, retried on EBUSY for up to 2 s: the joined birth thread may
+    /// still be in the cgroup (a join returns when its tid is cleared, which
+    /// the kernel does before the thread leaves its cgroups).
+    fn remove_when_empty(dir: &Path) {
+        for _ in 0..200 {
+            match std::fs::remove_dir(dir) {
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    std::thread::sleep(std::time::Duration::from_millis(10))
+                }
+                r => return r.unwrap(),
+            }
+        }
+        panic!("{} stayed busy", dir.display());
     }
 }
