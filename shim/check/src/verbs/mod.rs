@@ -16,6 +16,9 @@ pub use types::*;
 pub enum VerbsError {
     #[error("no RDMA devices found")]
     NoDevices,
+    /// libibverbs could not be loaded: no verbs device can be used.
+    #[error("no RDMA devices found: {0} (libibverbs comes with rdma-core; Debian: apt-get install libibverbs1 ibverbs-providers)")]
+    NoLibrary(String),
     #[error("RDMA device {name} not found (available: {available})")]
     DeviceNotFound { name: String, available: String },
     #[error("{device}: {op} failed: {source}")]

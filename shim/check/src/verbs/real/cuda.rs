@@ -2,11 +2,13 @@
 //! builds and runs without CUDA installed: `cuMemAlloc` allocates, `ibv_reg_dmabuf_mr`
 //! registers a dma-buf of it, and plain `ibv_reg_mr` (nvidia-peermem) is the fallback.
 
-use std::ffi::{c_void, CStr};
+use std::ffi::c_void;
 use std::io;
 
 use rdma_sys::*;
 
+use super::dl::Library;
+use super::libverbs::Verbs as LibVerbs;
 use crate::verbs::{Access, VerbsError};
 
 type CuResult = i32;
@@ -25,7 +27,8 @@ type FnFree = unsafe extern "C" fn(CuDevicePtr) -> CuResult;
 type FnHandle = unsafe extern "C" fn(*mut c_void, CuDevicePtr, usize, i32, u64) -> CuResult;
 
 struct Api {
-    lib: *mut c_void,
+    /// Kept open while a buffer made with it lives.
+    _lib: Library,
     init: FnU32,
     device_get: FnDevGet,
     primary_retain: FnRetain,
@@ -43,39 +46,18 @@ fn err(device: &str, op: &'static str, msg: String) -> VerbsError {
 
 impl Api {
     fn load(device: &str) -> Result<Self, VerbsError> {
-        // SAFETY: the name is a valid C string; dlopen has no other preconditions.
         let lib =
-            unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if lib.is_null() {
-            // SAFETY: dlerror returns NULL or a valid C string.
-            let e = unsafe { libc::dlerror() };
-            let msg = if e.is_null() {
-                "unknown error".to_string()
-            } else {
-                // SAFETY: non-NULL C string from dlerror.
-                unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
-            };
-            return Err(err(device, "dlopen(libcuda.so.1)", msg));
-        }
-        let sym = |name: &CStr| -> *mut c_void {
-            // SAFETY: lib is a live handle and name a valid C string.
-            unsafe { libc::dlsym(lib, name.as_ptr()) }
-        };
+            Library::open(c"libcuda.so.1").map_err(|e| err(device, "dlopen(libcuda.so.1)", e))?;
         macro_rules! req {
             ($n:expr, $t:ty) => {{
-                let p = sym($n);
-                if p.is_null() {
-                    // SAFETY: lib came from dlopen and is closed once.
-                    unsafe { libc::dlclose(lib) };
+                let Some(p) = lib.symbol($n) else {
                     return Err(err(device, "dlsym", format!("libcuda lacks {:?}", $n)));
-                }
+                };
                 // SAFETY: the symbol has the CUDA driver API signature of the field it fills.
                 unsafe { std::mem::transmute::<*mut c_void, $t>(p) }
             }};
         }
-        let gh = sym(c"cuMemGetHandleForAddressRange");
         Ok(Self {
-            lib,
             init: req!(c"cuInit", FnU32),
             device_get: req!(c"cuDeviceGet", FnDevGet),
             primary_retain: req!(c"cuDevicePrimaryCtxRetain", FnRetain),
@@ -83,12 +65,11 @@ impl Api {
             ctx_set_current: req!(c"cuCtxSetCurrent", FnPtr),
             mem_alloc: req!(c"cuMemAlloc_v2", FnAlloc),
             mem_free: req!(c"cuMemFree_v2", FnFree),
-            get_handle: if gh.is_null() {
-                None
-            } else {
+            get_handle: lib.symbol(c"cuMemGetHandleForAddressRange").map(|p| {
                 // SAFETY: cuMemGetHandleForAddressRange has this signature.
-                Some(unsafe { std::mem::transmute::<*mut c_void, FnHandle>(gh) })
-            },
+                unsafe { std::mem::transmute::<*mut c_void, FnHandle>(p) }
+            }),
+            _lib: lib,
         })
     }
 }
@@ -116,15 +97,9 @@ impl Drop for CudaBuffer {
     }
 }
 
-impl Drop for Api {
-    fn drop(&mut self) {
-        // SAFETY: lib came from dlopen; the buffer using it (if any) is released first.
-        unsafe { libc::dlclose(self.lib) };
-    }
-}
-
 /// Allocates `len` bytes on CUDA device `ordinal` and registers them.
 pub(super) fn reg_cuda(
+    lib: &LibVerbs,
     name: &str,
     pd: *mut ibv_pd,
     len: usize,
@@ -176,16 +151,18 @@ pub(super) fn reg_cuda(
         };
         if rc == 0 && fd >= 0 {
             buf.dmabuf_fd = fd;
-            // SAFETY: pd is live; fd is a dma-buf of `size` bytes mapped at iova ptr.
-            let mr = unsafe { ibv_reg_dmabuf_mr(pd, 0, size, ptr, fd, access.0 as i32) };
-            if !mr.is_null() {
-                return Ok((mr, buf));
+            if let Some(reg_dmabuf) = lib.ibv_reg_dmabuf_mr {
+                // SAFETY: pd is live; fd is a dma-buf of `size` bytes mapped at iova ptr.
+                let mr = unsafe { reg_dmabuf(pd, 0, size, ptr, fd, access.0 as i32) };
+                if !mr.is_null() {
+                    return Ok((mr, buf));
+                }
             }
         }
     }
     // Fallback: peer memory (nvidia-peermem) registration of the device pointer.
     // SAFETY: pd is live; ptr is a device address the peer-memory client can pin.
-    let mr = unsafe { ibv_reg_mr(pd, ptr as *mut c_void, size, access.0 as i32) };
+    let mr = unsafe { (lib.ibv_reg_mr)(pd, ptr as *mut c_void, size, access.0 as i32) };
     if mr.is_null() {
         return Err(VerbsError::call(
             name,

@@ -7,6 +7,7 @@ use std::ptr;
 
 use rdma_sys::*;
 
+use super::libverbs::{verbs, Verbs as LibVerbs};
 use crate::verbs::*;
 
 /// Memory behind an MR.
@@ -25,6 +26,7 @@ struct Mr {
 }
 
 pub struct RealDevice {
+    lib: &'static LibVerbs,
     name: String,
     ctx: *mut ibv_context,
     pds: Vec<*mut ibv_pd>,
@@ -43,12 +45,14 @@ fn errno() -> io::Error {
 
 impl RealDevice {
     pub(super) fn open(name: &str, dev: *mut ibv_device) -> Result<Self, VerbsError> {
+        let lib = verbs()?;
         // SAFETY: dev is a live entry of a device list that outlives this call.
-        let ctx = unsafe { ibv_open_device(dev) };
+        let ctx = unsafe { (lib.ibv_open_device)(dev) };
         if ctx.is_null() {
             return Err(VerbsError::call(name, "ibv_open_device", errno()));
         }
         Ok(Self {
+            lib,
             name: name.to_string(),
             ctx,
             pds: Vec::new(),
@@ -93,7 +97,7 @@ impl RealDevice {
     ) -> Result<(), VerbsError> {
         let qp = self.qp(qp)?;
         // SAFETY: qp is live; attr is a fully initialised ibv_qp_attr we own.
-        let rc = unsafe { ibv_modify_qp(qp, attr, mask.0 as i32) };
+        let rc = unsafe { (self.lib.ibv_modify_qp)(qp, attr, mask.0 as i32) };
         if rc != 0 {
             return Err(VerbsError::call(
                 &self.name,
@@ -130,7 +134,7 @@ impl RealDevice {
         }
         // SAFETY: pd is live; buf points to len writable bytes that stay allocated until the
         // MR is deregistered in Drop.
-        let mr = unsafe { ibv_reg_mr(pd, buf.cast(), len, access.0 as i32) };
+        let mr = unsafe { (self.lib.ibv_reg_mr)(pd, buf.cast(), len, access.0 as i32) };
         if mr.is_null() {
             let e = errno();
             // SAFETY: buf was allocated above with this layout and is not registered.
@@ -161,7 +165,7 @@ impl Verbs for RealDevice {
         // SAFETY: ibv_port_attr is plain data; all-zero is a valid value.
         let mut attr: ibv_port_attr = unsafe { std::mem::zeroed() };
         // SAFETY: ctx is live and attr is a valid out-pointer of the size the inline passes.
-        let rc = unsafe { ___ibv_query_port(self.ctx, port, &mut attr) };
+        let rc = unsafe { self.lib.query_port(self.ctx, port, &mut attr) };
         if rc != 0 {
             return Err(VerbsError::call(
                 &self.name,
@@ -181,7 +185,7 @@ impl Verbs for RealDevice {
     fn query_gid(&mut self, port: u8, index: u32) -> Result<[u8; 16], VerbsError> {
         let mut gid = ibv_gid { raw: [0; 16] };
         // SAFETY: ctx is live and gid is a valid out-pointer.
-        let rc = unsafe { ibv_query_gid(self.ctx, port, index as i32, &mut gid) };
+        let rc = unsafe { (self.lib.ibv_query_gid)(self.ctx, port, index as i32, &mut gid) };
         if rc != 0 {
             return Err(VerbsError::call(&self.name, "ibv_query_gid", errno()));
         }
@@ -202,7 +206,7 @@ impl Verbs for RealDevice {
 
     fn alloc_pd(&mut self) -> Result<PdHandle, VerbsError> {
         // SAFETY: ctx is live.
-        let pd = unsafe { ibv_alloc_pd(self.ctx) };
+        let pd = unsafe { (self.lib.ibv_alloc_pd)(self.ctx) };
         if pd.is_null() {
             return Err(VerbsError::call(&self.name, "ibv_alloc_pd", errno()));
         }
@@ -222,7 +226,8 @@ impl Verbs for RealDevice {
             MemKind::Host => self.reg_host(pd, len, access),
             #[cfg(feature = "cuda")]
             MemKind::Cuda { device } => {
-                let (mr, buf) = super::cuda::reg_cuda(&self.name, pd, len, access, device)?;
+                let (mr, buf) =
+                    super::cuda::reg_cuda(self.lib, &self.name, pd, len, access, device)?;
                 self.mrs.push(Mr {
                     mr,
                     backing: Backing::Cuda(buf),
@@ -246,8 +251,9 @@ impl Verbs for RealDevice {
 
     fn create_cq(&mut self, depth: u32) -> Result<CqHandle, VerbsError> {
         // SAFETY: ctx is live; no channel or context pointer is used.
-        let cq =
-            unsafe { ibv_create_cq(self.ctx, depth as i32, ptr::null_mut(), ptr::null_mut(), 0) };
+        let cq = unsafe {
+            (self.lib.ibv_create_cq)(self.ctx, depth as i32, ptr::null_mut(), ptr::null_mut(), 0)
+        };
         if cq.is_null() {
             return Err(VerbsError::call(&self.name, "ibv_create_cq", errno()));
         }
@@ -276,7 +282,7 @@ impl Verbs for RealDevice {
         init.qp_type = ibv_qp_type::IBV_QPT_RC;
         init.sq_sig_all = 0;
         // SAFETY: pd and cq are live; init is initialised.
-        let qp = unsafe { ibv_create_qp(pd, &mut init) };
+        let qp = unsafe { (self.lib.ibv_create_qp)(pd, &mut init) };
         if qp.is_null() {
             return Err(VerbsError::call(&self.name, "ibv_create_qp", errno()));
         }
@@ -419,15 +425,15 @@ impl Drop for RealDevice {
         // Errors cannot be returned from Drop; destruction order is what matters.
         for qp in self.qps.drain(..).rev() {
             // SAFETY: qp was created by this device and is destroyed once.
-            unsafe { ibv_destroy_qp(qp) };
+            unsafe { (self.lib.ibv_destroy_qp)(qp) };
         }
         for cq in self.cqs.drain(..).rev() {
             // SAFETY: cq was created by this device; its QPs are gone.
-            unsafe { ibv_destroy_cq(cq) };
+            unsafe { (self.lib.ibv_destroy_cq)(cq) };
         }
         for m in self.mrs.drain(..).rev() {
             // SAFETY: m.mr is a live MR of this device, deregistered once.
-            unsafe { ibv_dereg_mr(m.mr) };
+            unsafe { (self.lib.ibv_dereg_mr)(m.mr) };
             match m.backing {
                 Backing::Host { ptr, layout } => {
                     // SAFETY: allocated in reg_host with this layout; no longer registered.
@@ -439,9 +445,9 @@ impl Drop for RealDevice {
         }
         for pd in self.pds.drain(..).rev() {
             // SAFETY: pd was allocated by this device; its MRs and QPs are gone.
-            unsafe { ibv_dealloc_pd(pd) };
+            unsafe { (self.lib.ibv_dealloc_pd)(pd) };
         }
         // SAFETY: ctx was opened by ibv_open_device and every child object is destroyed.
-        unsafe { ibv_close_device(self.ctx) };
+        unsafe { (self.lib.ibv_close_device)(self.ctx) };
     }
 }

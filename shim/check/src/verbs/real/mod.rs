@@ -1,14 +1,18 @@
-//! The libibverbs backend on rdma-sys 0.3.
+//! The libibverbs backend: rdma-sys 0.3 for the types, the library itself loaded on first
+//! use (`libverbs.rs`).
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
 mod device;
+mod dl;
+mod libverbs;
 
 use std::ffi::CStr;
 
-use rdma_sys::*;
+use rdma_sys::ibv_device;
 
 pub use device::RealDevice;
+use libverbs::{verbs, Verbs};
 
 use super::{VerbsError, VerbsProvider};
 
@@ -19,19 +23,22 @@ pub struct RealProvider;
 /// The device list, freed on drop. NULL (which this machine returns with count 0) is "no
 /// devices".
 pub(crate) struct DeviceList {
+    lib: &'static Verbs,
     list: *mut *mut ibv_device,
     count: usize,
 }
 
 impl DeviceList {
     pub(crate) fn get() -> Result<Self, VerbsError> {
+        let lib = verbs()?;
         let mut n: i32 = 0;
         // SAFETY: n is a valid out-pointer; the returned list is freed in Drop.
-        let list = unsafe { ibv_get_device_list(&mut n) };
+        let list = unsafe { (lib.ibv_get_device_list)(&mut n) };
         if list.is_null() {
             return Err(VerbsError::NoDevices);
         }
         let me = Self {
+            lib,
             list,
             count: usize::try_from(n).unwrap_or(0),
         };
@@ -51,7 +58,7 @@ impl DeviceList {
                 }
                 // SAFETY: dev is a live ibv_device; the name is a NUL-terminated string
                 // owned by libibverbs.
-                let name = unsafe { ibv_get_device_name(dev) };
+                let name = unsafe { (self.lib.ibv_get_device_name)(dev) };
                 if name.is_null() {
                     return None;
                 }
@@ -68,7 +75,7 @@ impl DeviceList {
 impl Drop for DeviceList {
     fn drop(&mut self) {
         // SAFETY: list came from ibv_get_device_list and is freed once.
-        unsafe { ibv_free_device_list(self.list) };
+        unsafe { (self.lib.ibv_free_device_list)(self.list) };
     }
 }
 
