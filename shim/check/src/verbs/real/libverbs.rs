@@ -85,15 +85,21 @@ entry_points! {
     ibv_modify_qp: fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int;
 }
 
-static VERBS: OnceLock<Result<Verbs, String>> = OnceLock::new();
+static VERBS: OnceLock<Verbs> = OnceLock::new();
 
-/// The loaded library (opened once, kept for the life of the process: its
-/// providers are not safe to unload). Not there: "no RDMA devices", with why.
+/// The loaded library, kept for the life of the process once loaded (its
+/// providers are not safe to unload). A failure is not kept: rdma-core
+/// installed later is found by a long-lived node shim's next check. Not
+/// there: "no RDMA devices", with why.
 pub(crate) fn verbs() -> Result<&'static Verbs, VerbsError> {
-    VERBS
-        .get_or_init(|| Library::open(SONAME).and_then(Verbs::resolve))
-        .as_ref()
-        .map_err(|why| VerbsError::NoLibrary(why.clone()))
+    if let Some(v) = VERBS.get() {
+        return Ok(v);
+    }
+    let loaded = Library::open(SONAME)
+        .and_then(Verbs::resolve)
+        .map_err(VerbsError::NoLibrary)?;
+    // A racing loader's copy is dropped: dlclose only drops its reference.
+    Ok(VERBS.get_or_init(|| loaded))
 }
 
 impl Verbs {
