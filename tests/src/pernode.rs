@@ -138,6 +138,25 @@ pub fn children_named(parent: u32, comm: &str) -> Vec<u32> {
         .collect()
 }
 
+/// `parent`'s children that are rund agents: named `rund-agent` and PID 1 of
+/// a pid namespace of their own. A launcher runs under the same name in the
+/// node's namespace, and is gone once it has handed its agent over.
+pub fn agents_of(parent: u32) -> Vec<u32> {
+    children_named(parent, "rund-agent")
+        .into_iter()
+        .filter(|&pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("NSpid:"))
+                    .is_some_and(|ids| {
+                        let ids: Vec<&str> = ids.split_whitespace().collect();
+                        ids.len() > 1 && ids.last() == Some(&"1")
+                    })
+            })
+        })
+        .collect()
+}
+
 /// The node's log (`<state_dir>/node-<hash>.log`; the harness's state_dir is
 /// `<dir>/rund-state`).
 pub fn node_log(ctd: &Containerd) -> String {

@@ -26,7 +26,7 @@ fn start(test: &str, more: &str) -> Option<Containerd> {
 fn agents_reach(node: u32, want: usize) -> Vec<u32> {
     let deadline = Instant::now() + GRACE;
     loop {
-        let agents = children_named(node, "rund-agent");
+        let agents = agents_of(node);
         if agents.len() == want || Instant::now() >= deadline {
             return agents;
         }
