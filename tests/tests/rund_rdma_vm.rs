@@ -325,26 +325,39 @@ fn container_runs_ib_write_bw_all_sizes_and_runc_cannot_register() {
         )
     };
 
-    let port = 18700;
-    let server = Server::start(
-        &sr.dev,
-        port,
-        &["-a", "-n", "10"],
-        &env.ctd.dir.join("srv.log"),
-    );
-    wait_listening(port);
-    let script = format!(
-        "{}cat /proc/self/limits; {}{}{}{}",
-        stat_script(&[&uverbs, "/dev/infiniband/rdma_cm"]),
-        open_probe("injected", &uverbs),
-        mknod_probe("mk-injected", IB_MAJOR, umi),
-        mknod_probe("mk-other", IB_MAJOR, 250),
-        client(port),
-    );
     let flags = env.rund_flags(&cfg, &["--net-host"]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let out = env.run("rdma-rund", rund_tests::RUND_RUNTIME, &flags, &script);
-    let (server_ok, server_out) = server.finish(Duration::from_secs(120));
+    // perftest refuses to report when its clock calibration is noisy under TCG
+    // (as in ib_write_bw_pair): that run is repeated, up to three times.
+    let mut attempt = 0u16;
+    let (out, server_ok, server_out) = loop {
+        let port = 18700 + 100 * attempt;
+        let server = Server::start(
+            &sr.dev,
+            port,
+            &["-a", "-n", "10"],
+            &env.ctd.dir.join(format!("srv-{port}.log")),
+        );
+        wait_listening(port);
+        let script = format!(
+            "{}cat /proc/self/limits; {}{}{}{}",
+            stat_script(&[&uverbs, "/dev/infiniband/rdma_cm"]),
+            open_probe("injected", &uverbs),
+            mknod_probe("mk-injected", IB_MAJOR, umi),
+            mknod_probe("mk-other", IB_MAJOR, 250),
+            client(port),
+        );
+        let id = format!("rdma-rund-{attempt}");
+        let out = env.run(&id, rund_tests::RUND_RUNTIME, &flags, &script);
+        let (ok, server_out) = server.finish(Duration::from_secs(120));
+        attempt += 1;
+        let noisy = |t: &str| t.contains("Can't produce a report");
+        if attempt < 3 && (noisy(&out.stdout) || noisy(&out.stderr) || noisy(&server_out)) {
+            eprintln!("ib_write_bw -a inside rund: perftest's clock calibration failed; again");
+            continue;
+        }
+        break (out, ok, server_out);
+    };
     let o = &out.stdout;
     eprintln!("---- inside rund ----\n{o}\n{}", out.stderr);
     assert!(out.success(), "{out:?}");
