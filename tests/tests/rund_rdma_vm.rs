@@ -12,8 +12,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rdma_vm::{
-    entry_id, ib_write_bw_pair, major_minor, perftest_lines, perftest_local_gid, perftest_rootfs,
-    rund_write_bw, sh, sysfs_gid, uverbs_of, wait_listening, LinkGuard, Server, SoftRoce,
+    calibration_failed, entry_id, ib_write_bw_pair, major_minor, perftest_lines,
+    perftest_local_gid, perftest_rootfs, rund_write_bw, sh, sysfs_gid, uverbs_of, wait_listening,
+    LinkGuard, Server, SoftRoce,
 };
 use rund_tests::inside::{
     assert_allowed, assert_denied, locked_memory, mknod_probe, open_probe, parse_stat, stat_script,
@@ -351,8 +352,8 @@ fn container_runs_ib_write_bw_all_sizes_and_runc_cannot_register() {
         let out = env.run(&id, rund_tests::RUND_RUNTIME, &flags, &script);
         let (ok, server_out) = server.finish(Duration::from_secs(120));
         attempt += 1;
-        let noisy = |t: &str| t.contains("Can't produce a report");
-        if attempt < 3 && (noisy(&out.stdout) || noisy(&out.stderr) || noisy(&server_out)) {
+        let noisy = [&out.stdout, &out.stderr, &server_out];
+        if attempt < 3 && noisy.iter().any(|t| calibration_failed(t)) {
             eprintln!("ib_write_bw -a inside rund: perftest's clock calibration failed; again");
             continue;
         }

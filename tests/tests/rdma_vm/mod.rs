@@ -191,6 +191,11 @@ pub fn client_until_connected(mut client: impl FnMut() -> CmdOutput) -> CmdOutpu
     panic!("ib_write_bw never connected to its server");
 }
 
+/// perftest's clock calibration was too noisy to report (common under TCG).
+pub fn calibration_failed(output: &str) -> bool {
+    output.contains("Can't produce a report")
+}
+
 /// Debian's ib_write_bw as server and client over `addr` with the same `args`: the client's report.
 /// perftest refuses to report when its CPU clock calibration is noisy ("Can't produce a
 /// report", common under TCG on a busy host): that run is repeated, up to three times.
@@ -207,8 +212,7 @@ pub fn ib_write_bw_pair(sr: &SoftRoce, port: u16, args: &[&str], log_dir: &Path)
             cmd::run(c, None, Duration::from_secs(300)).unwrap()
         });
         let (ok, server_out) = server.finish(Duration::from_secs(60));
-        let noisy = |t: &str| t.contains("Can't produce a report");
-        if noisy(&client.stderr) || noisy(&server_out) {
+        if calibration_failed(&client.stderr) || calibration_failed(&server_out) {
             eprintln!("ib_write_bw {args:?}: perftest's clock calibration failed; again");
             continue;
         }
