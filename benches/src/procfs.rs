@@ -143,6 +143,33 @@ pub fn shim_of(pid: u32) -> Option<u32> {
     None
 }
 
+/// CPU time a thread has run, ns: the first field of its schedstat.
+pub fn parse_schedstat(text: &str) -> Option<u64> {
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// Each live thread of `pid` and the CPU time it has run, ns. A thread
+/// that has ended is not listed: callers compare the thread sets.
+pub fn thread_cpu_ns(pid: u32) -> Option<HashMap<u32, u64>> {
+    let mut out = HashMap::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if let Some(ns) = std::fs::read_to_string(e.path().join("schedstat"))
+            .ok()
+            .as_deref()
+            .and_then(parse_schedstat)
+        {
+            out.insert(tid, ns);
+        }
+    }
+    Some(out)
+}
+
 /// parent -> children for every live process.
 pub fn children_map() -> HashMap<u32, Vec<u32>> {
     let mut m: HashMap<u32, Vec<u32>> = HashMap::new();
@@ -191,6 +218,15 @@ mod tests {
             })
         );
         assert_eq!(parse_smaps_rollup("Rss: 1 kB\n"), None);
+    }
+
+    #[test]
+    fn parses_schedstat_and_reads_own_threads() {
+        assert_eq!(parse_schedstat("123456 789 10\n"), Some(123456));
+        assert_eq!(parse_schedstat(""), None);
+        let me = std::process::id();
+        let threads = thread_cpu_ns(me).unwrap();
+        assert!(threads.get(&me).is_some_and(|&ns| ns > 0), "{threads:?}");
     }
 
     #[test]

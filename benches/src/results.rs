@@ -114,6 +114,22 @@ pub struct IdleSet {
     pub failures: usize,
     pub errors: Vec<String>,
     pub density: Option<Density>,
+    /// After the weighing: the shims' CPU time when polled (`measure/polls.rs`).
+    #[serde(default)]
+    pub polls: Vec<PollCost>,
+}
+
+/// The CPU time idle shims spend on State polls spaced `gap_ms` apart.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PollCost {
+    pub gap_ms: u64,
+    /// Polls that answered (one `ctr task ls` each).
+    pub polls: usize,
+    pub shims: usize,
+    /// Mean CPU time of one shim per poll, µs.
+    pub cpu_us_per_poll: Option<f64>,
+    /// Shims or threads gone before the series ended: their time is not counted.
+    pub threads_ended: usize,
 }
 
 /// rund per-node against per-pod mode and runc-v2, N idle pods each.

@@ -1,13 +1,15 @@
 //! Memory of idle pods: a few sleeping containers per runtime, started one
 //! by one (alternating), listed, then left alone so start-up buffers and
-//! worker threads can go, then weighed as in the density measure.
+//! worker threads can go, then weighed as in the density measure. Then
+//! their shims' CPU time when polled (`polls.rs`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use super::{alternate, density};
+use super::{alternate, density, polls};
 use crate::ctr::short_error;
 use crate::env::BenchEnv;
+use crate::procfs;
 use crate::progress::{interrupted, Progress};
 use crate::results::{note_error, IdleSet};
 use crate::runtime::Runtime;
@@ -53,6 +55,7 @@ pub fn run(
     let tasks = env.ctr.tasks().unwrap_or_default();
     progress.phase("idle pods: settle");
     std::thread::sleep(SETTLE);
+    let mut shims: HashMap<String, BTreeSet<u32>> = HashMap::new();
     for (label, set) in out.iter_mut() {
         set.settle_ms = SETTLE.as_millis() as u64;
         let pids: Vec<u32> = tasks
@@ -72,6 +75,16 @@ pub fn run(
         }
         if !pids.is_empty() {
             set.density = Some(density::measure(&pids, &env.workload_binary()));
+        }
+        shims.insert(
+            label.clone(),
+            pids.iter().filter_map(|&p| procfs::shim_of(p)).collect(),
+        );
+    }
+    progress.phase("idle pods: polls");
+    for (label, costs) in polls::run(&env.ctr, &shims) {
+        if let Some(set) = out.get_mut(&label) {
+            set.polls = costs;
         }
     }
     progress.phase("idle pods: teardown");

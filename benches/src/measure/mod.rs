@@ -9,6 +9,7 @@ pub mod features;
 pub mod idle;
 pub mod kube;
 pub mod node;
+pub mod polls;
 pub mod pool;
 pub mod single;
 pub mod stop;

@@ -2,7 +2,7 @@
 
 use super::figures::{row, runs_of};
 use crate::procfs::MemKind;
-use crate::results::{Density, Results, TableRow};
+use crate::results::{Density, PollCost, Results, TableRow};
 use crate::runtime::RuntimeKind;
 
 const MIB: f64 = 1024.0;
@@ -132,6 +132,7 @@ pub fn idle_rows(results: &Results, rows: &mut Vec<TableRow>) {
             String::new(),
         ));
     }
+    poll_rows(results, rows);
     let threads = |d: Option<&Density>| {
         d.filter(|d| d.shim_processes > 0)
             .map(|d| d.shim_threads as f64 / d.shim_processes as f64)
@@ -144,4 +145,43 @@ pub fn idle_rows(results: &Results, rows: &mut Vec<TableRow>) {
         false,
         String::new(),
     ));
+}
+
+/// The idle shims' CPU time per State poll, one row per spacing.
+fn poll_rows<'a>(results: &'a Results, rows: &mut Vec<TableRow>) {
+    let costs = |k: RuntimeKind| results.idle.get(k.label()).map(|s| s.polls.as_slice());
+    let (rd, rc) = (costs(RuntimeKind::Rund), costs(RuntimeKind::Runc));
+    let mut gaps: Vec<u64> = [rd, rc]
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|p| p.gap_ms)
+        .collect();
+    gaps.sort_unstable();
+    gaps.dedup();
+    for gap in gaps {
+        let at = |c: Option<&'a [PollCost]>| -> Option<&'a PollCost> {
+            c.and_then(|c| c.iter().find(|p| p.gap_ms == gap))
+        };
+        let (a, b) = (at(rd), at(rc));
+        let part = |p: Option<&PollCost>| {
+            p.map(|p| {
+                let ended = if p.threads_ended > 0 {
+                    format!(", {} threads ended uncounted", p.threads_ended)
+                } else {
+                    String::new()
+                };
+                format!("{} polls × {} shims{ended}", p.polls, p.shims)
+            })
+            .unwrap_or("-".into())
+        };
+        rows.push(row(
+            format!("idle pod: shim CPU per State poll, polls {gap} ms apart"),
+            "µs",
+            a.and_then(|p| p.cpu_us_per_poll),
+            b.and_then(|p| p.cpu_us_per_poll),
+            true,
+            format!("{} / {}", part(a), part(b)),
+        ));
+    }
 }

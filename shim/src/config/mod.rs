@@ -99,18 +99,19 @@ pub struct ShimConfig {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct IdleConfig {
-    /// After this long with no Start or Delete, the shim and the agent
-    /// unmap the clean file pages (binary and library code) they touched
-    /// at start: the page cache keeps them, shared by every pod, and a
-    /// page used again is mapped back by a minor fault. 0: never.
+    /// After this long with no request (the agent: no Start or Delete),
+    /// the shim and the agent unmap the clean file pages (binary and
+    /// library code) they touched: the page cache keeps them, shared by
+    /// every pod, and a page used again is mapped back by a minor fault.
+    /// 0: never. A quarter second: the pages of a burst's pods go soon
+    /// after each starts, and a trim and the faults after it cost about
+    /// 0.6 ms of CPU (`make bench`'s idle section and the note on issue 17).
     pub trim_after_ms: u64,
 }
 
 impl Default for IdleConfig {
     fn default() -> Self {
-        IdleConfig {
-            trim_after_ms: 1000,
-        }
+        IdleConfig { trim_after_ms: 250 }
     }
 }
 

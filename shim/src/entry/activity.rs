@@ -24,6 +24,8 @@ struct Active {
 impl MethodHandler for Active {
     async fn handler(&self, ctx: TtrpcContext, req: Request) -> Result<Response> {
         tracing::debug!(method = %self.name, "request");
+        // A request may outlast the delay: no trim in its middle.
+        rund_sys::trim::touch();
         let r = self.inner.handler(ctx, req).await;
         tracing::debug!(method = %self.name, ok = r.is_ok(), "answered");
         let ms = self.svc.config().idle.trim_after_ms;

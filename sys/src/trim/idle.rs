@@ -56,6 +56,16 @@ pub fn activity(after: Duration) {
     t.thread.unpark();
 }
 
+/// Records activity without waking the trimmer: a trim counting down
+/// from earlier activity is called off, and the next one waits its full
+/// delay from the next [`activity`]. For the start of a request, which may
+/// take longer than the delay: its end records activity.
+pub fn touch() {
+    if let Some(Some(t)) = TRIMMER.get() {
+        t.quiet.activity();
+    }
+}
+
 /// Trims done so far by this process's trimmer.
 pub fn trims() -> u64 {
     match TRIMMER.get() {
@@ -145,5 +155,18 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert_eq!(trims(), before + 2);
+        // A request that starts (touch) calls off the countdown, and keeps
+        // it off while requests keep starting; touches alone wake nothing.
+        activity(Duration::from_millis(200));
+        for _ in 0..20 {
+            std::thread::sleep(Duration::from_millis(20));
+            touch();
+        }
+        assert_eq!(trims(), before + 2, "no trim while requests start");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while trims() == before + 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(trims(), before + 3, "the last touch is waited out");
     }
 }
