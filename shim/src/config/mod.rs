@@ -104,8 +104,8 @@ pub struct IdleConfig {
     /// library code) they touched: the page cache keeps them, shared by
     /// every pod, and a page used again is mapped back by a minor fault.
     /// 0: never. A quarter second: the pages of a burst's pods go soon
-    /// after each starts, and a trim and the faults after it cost about
-    /// 0.6 ms of CPU (`make bench`'s idle section and the note on issue 17).
+    /// after each starts, and a trim and the faults after it cost 0.4-0.6
+    /// ms of CPU per poll (`make bench`: "shim CPU per State poll").
     pub trim_after_ms: u64,
 }
 
