@@ -17,7 +17,6 @@ use super::smaps;
 /// `(start, len)`: one madvise.
 pub type Span = (usize, usize);
 
-#[derive(Default)]
 pub struct Planner {
     /// The trimmable-kind lines of maps the spans were made for.
     key: String,
@@ -52,7 +51,7 @@ impl Planner {
     }
 
     /// Plans made from smaps so far.
-    #[cfg_attr(not(test), allow(dead_code))]
+    #[cfg(test)]
     pub fn made(&self) -> u64 {
         self.made
     }
