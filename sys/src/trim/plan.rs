@@ -1,25 +1,19 @@
-//! What a trim advises away, kept from one trim to the next. Reading smaps
-//! walks every page-table entry and formats a dozen counters per mapping:
-//! it was 40% of an idle shim's CPU when polled every 400 ms with the trim
-//! at 250 ms. The plan depends only on the mappings of the trimmable kind,
-//! so a trim reads the cheap `/proc/self/maps`, and smaps again only when
-//! those lines changed (a dlopen).
+//! What a trim advises away, kept from one trim to the next: the spans
+//! depend only on which objects are loaded, so they are listed again only
+//! when the loader's generation changed (a dlopen or a dlclose).
 //!
-//! What maps cannot show is a clean mapping written since the plan: that
-//! takes making it writable and back with the same bounds. Nothing in
-//! rund's processes does that to a loaded object once ld.so has relocated
-//! it; a dlopen's own relocation is of new mappings, which make a new plan.
+//! The plan used to come from `/proc/self/smaps`, then from `/proc/self/maps`
+//! with smaps read again on a change; the loader's own list needs no `/proc`
+//! read at all (`loaded`).
 
-use std::io;
-
-use super::smaps;
+use super::loaded::Generation;
 
 /// `(start, len)`: one madvise.
 pub type Span = (usize, usize);
 
 pub struct Planner {
-    /// The trimmable-kind lines of maps the spans were made for.
-    key: String,
+    /// The generation the spans were listed at; `None` before the first.
+    key: Option<Generation>,
     spans: Vec<Span>,
     made: u64,
 }
@@ -27,43 +21,44 @@ pub struct Planner {
 impl Planner {
     pub const fn new() -> Self {
         Planner {
-            key: String::new(),
+            key: None,
             spans: Vec::new(),
             made: 0,
         }
     }
 
-    /// The spans for a process whose maps read `maps`; `read_smaps` is
-    /// called only when the mappings of the trimmable kind changed.
+    /// The spans at generation `now`; `list` (the spans, sorted, and the
+    /// generation it saw) is called only when the generation changed.
     pub fn spans(
         &mut self,
-        maps: &str,
-        read_smaps: impl FnOnce() -> io::Result<String>,
-    ) -> io::Result<&[Span]> {
-        let key = smaps::kind_lines(maps);
-        if self.made == 0 || key != self.key {
-            let text = read_smaps()?;
-            self.spans = merge(&smaps::clean(&text));
-            self.key = key;
+        now: Generation,
+        list: impl FnOnce() -> (Generation, Vec<Span>),
+    ) -> &[Span] {
+        if self.key != Some(now) {
+            // The walk holds the loader's lock: its spans are of the
+            // generation it saw, which may be newer than `now`.
+            let (seen, spans) = list();
+            self.spans = merge(&spans);
+            self.key = Some(seen);
             self.made += 1;
         }
-        Ok(&self.spans)
+        &self.spans
     }
 
-    /// Plans made from smaps so far.
+    /// Plans listed so far.
     #[cfg(test)]
     pub fn made(&self) -> u64 {
         self.made
     }
 }
 
-/// Adjacent clean mappings become one span: one madvise, one TLB flush.
-fn merge(clean: &[smaps::Mapping]) -> Vec<Span> {
+/// Adjacent spans become one: one madvise, one TLB flush.
+fn merge(sorted: &[Span]) -> Vec<Span> {
     let mut out: Vec<Span> = Vec::new();
-    for m in clean {
+    for &(start, len) in sorted {
         match out.last_mut() {
-            Some((start, len)) if *start + *len == m.start => *len = m.end - *start,
-            _ => out.push((m.start, m.end - m.start)),
+            Some((s, l)) if *s + *l == start => *l += len,
+            _ => out.push((start, len)),
         }
     }
     out
@@ -71,53 +66,46 @@ fn merge(clean: &[smaps::Mapping]) -> Vec<Span> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::smaps::tests::SMAPS;
     use super::*;
 
-    fn maps_of(smaps: &str) -> String {
-        smaps
-            .lines()
-            .filter(|l| l.split(' ').next().unwrap().contains('-'))
-            .map(|l| format!("{l}\n"))
-            .collect()
-    }
+    const SPANS: [Span; 3] = [(0x1000, 0x1000), (0x2000, 0x3000), (0x9000, 0x1000)];
 
     #[test]
-    fn smaps_is_read_again_only_when_the_mappings_change() {
+    fn spans_are_listed_again_only_when_the_generation_changes() {
         let mut p = Planner::new();
-        let maps = maps_of(SMAPS);
-        let first = p.spans(&maps, || Ok(SMAPS.to_string())).unwrap().to_vec();
-        // The shim's two clean mappings are adjacent: one span. The written
-        // 55f0 mapping splits it from the rest.
+        let first = p.spans((5, 0), || ((5, 0), SPANS.to_vec())).to_vec();
         assert_eq!(
             first,
-            vec![(0x55d0, 0x20), (0x7f20, 0x20)],
-            "adjacent clean mappings merge"
+            vec![(0x1000, 0x4000), (0x9000, 0x1000)],
+            "adjacent spans merge"
         );
-        // Same maps (the heap may move: not of the kind): no smaps read.
-        let moved = maps.replace("7f00-7f10 rw-p", "7f00-7f18 rw-p");
         let again = p
-            .spans(&moved, || panic!("smaps read for unchanged mappings"))
-            .unwrap()
+            .spans((5, 0), || {
+                panic!("listed again for an unchanged generation")
+            })
             .to_vec();
         assert_eq!((again, p.made()), (first, 1));
-        // A library loaded since: smaps again.
-        let grown = format!("{maps}8000-8010 r-xp 00000000 08:01 90 /usr/lib/libnew.so\n");
-        let mut read = false;
-        p.spans(&grown, || {
-            read = true;
-            Ok(SMAPS.to_string())
-        })
-        .unwrap();
-        assert!(read && p.made() == 2);
+        // A dlopen since: listed again.
+        let grown = p
+            .spans((6, 0), || {
+                ((6, 0), vec![(0x1000, 0x1000), (0x20000, 0x2000)])
+            })
+            .to_vec();
+        assert_eq!(
+            (grown, p.made()),
+            (vec![(0x1000, 0x1000), (0x20000, 0x2000)], 2)
+        );
+        // A dlclose is a change too.
+        p.spans((6, 1), || ((6, 1), vec![(0x1000, 0x1000)]));
+        assert_eq!(p.made(), 3);
     }
 
     #[test]
-    fn a_failed_smaps_read_is_not_kept() {
+    fn the_plan_is_keyed_on_the_generation_its_walk_saw() {
         let mut p = Planner::new();
-        let maps = maps_of(SMAPS);
-        assert!(p.spans(&maps, || Err(io::ErrorKind::Other.into())).is_err());
-        let spans = p.spans(&maps, || Ok(SMAPS.to_string())).unwrap();
-        assert!(!spans.is_empty() && p.made() == 1);
+        // A dlopen between reading the generation and the walk.
+        p.spans((5, 0), || ((6, 0), SPANS.to_vec()));
+        p.spans((6, 0), || panic!("the walk already saw generation 6"));
+        assert_eq!(p.made(), 1);
     }
 }

@@ -1,7 +1,6 @@
-//! Which of a process's mappings a trim may drop, read from
-//! `/proc/<pid>/smaps` (the per-mapping anonymous page counts are only
-//! there), and the same kinds of mappings picked out of the cheaper
-//! `/proc/<pid>/maps`.
+//! Which of a process's mappings hold clean file pages that a trim may
+//! drop, read from `/proc/<pid>/smaps` (the per-mapping anonymous page
+//! counts are only there): how tests and the bench see what a trim left.
 
 /// One private, read-only (or read-execute), file-backed mapping:
 /// `[start, end)`.
@@ -49,20 +48,6 @@ pub fn clean(smaps: &str) -> Vec<Mapping> {
         }
     }
     finish(cur, anon_kb, &mut out);
-    out
-}
-
-/// The lines of a `/proc/<pid>/maps` (or smaps) text that are mappings of
-/// the trimmable kind, clean or not, joined: what a plan made from smaps
-/// depends on.
-pub fn kind_lines(maps: &str) -> String {
-    let mut out = String::new();
-    for line in maps.lines() {
-        if let Some((_, true)) = header(line) {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
     out
 }
 
@@ -145,17 +130,5 @@ Anonymous:             0 kB
     fn clean_keeps_untouched_mappings_and_drops_written_ones() {
         let got: Vec<usize> = clean(SMAPS).into_iter().map(|m| m.start).collect();
         assert_eq!(got, vec![0x55d0, 0x55e0, 0x7f20, 0x7f30]);
-    }
-
-    #[test]
-    fn kind_lines_keep_every_read_only_file_mapping_and_nothing_else() {
-        let lines = kind_lines(SMAPS);
-        let starts: Vec<&str> = lines
-            .lines()
-            .map(|l| l.split('-').next().unwrap())
-            .collect();
-        // The relocated (written) mapping is of the kind: only smaps tells.
-        assert_eq!(starts, vec!["55d0", "55e0", "55f0", "7f20", "7f30"]);
-        assert!(!lines.contains("Rss"));
     }
 }

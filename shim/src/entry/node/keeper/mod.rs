@@ -112,7 +112,7 @@ pub fn main(
         }
         replay(&ours, &kept);
         // The keeper waits nearly all its life: its start-up pages can go.
-        let _ = rund_sys::trim::trim_self();
+        rund_sys::trim::trim_self();
         let (up, status) = watch(server, &ours, &news, &signals, &mut kept);
         let crashed = !matches!(status, WaitStatus::Exited(_, 0));
         // The first node shim failing to start is `start`'s error; a later
