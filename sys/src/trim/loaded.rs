@@ -22,17 +22,28 @@ pub type Generation = (u64, u64);
 
 /// The loader's counters now; stops at the first object.
 pub fn generation() -> Generation {
-    let mut g: Generation = (0, 0);
-    // SAFETY: the callback only reads the info it is given and writes the
-    // `Generation` that `data` points to, which outlives the call.
-    unsafe { libc::dl_iterate_phdr(Some(first_generation), (&raw mut g).cast()) };
-    g
+    walk(true).generation
 }
 
 /// The non-writable segments of every loaded object, sorted, with their
 /// generation (read in the same walk).
 pub fn segments() -> (Generation, Vec<Span>) {
+    let mut w = walk(false);
+    w.spans.sort_unstable();
+    (w.generation, w.spans)
+}
+
+struct Walk {
+    /// Stop at the first object, once its counters are read.
+    generation_only: bool,
+    vdso: usize,
+    generation: Generation,
+    spans: Vec<Span>,
+}
+
+fn walk(generation_only: bool) -> Walk {
     let mut walk = Walk {
+        generation_only,
         vdso: vdso(),
         generation: (0, 0),
         spans: Vec::new(),
@@ -41,14 +52,7 @@ pub fn segments() -> (Generation, Vec<Span>) {
     // call and pushes into the `Walk` that `data` points to, which outlives
     // the call; it does not unwind.
     unsafe { libc::dl_iterate_phdr(Some(each_object), (&raw mut walk).cast()) };
-    walk.spans.sort_unstable();
-    (walk.generation, walk.spans)
-}
-
-struct Walk {
-    vdso: usize,
-    generation: Generation,
-    spans: Vec<Span>,
+    walk
 }
 
 fn vdso() -> usize {
@@ -62,30 +66,19 @@ fn counters(info: &libc::dl_phdr_info, size: usize) -> Option<Generation> {
     (size >= end).then_some((info.dlpi_adds, info.dlpi_subs))
 }
 
-unsafe extern "C" fn first_generation(
-    info: *mut libc::dl_phdr_info,
-    size: usize,
-    data: *mut c_void,
-) -> libc::c_int {
-    // SAFETY: the loader passes a valid info for this call; `data` is the
-    // `Generation` that `generation` passed.
-    let (info, out) = unsafe { (&*info, &mut *data.cast::<Generation>()) };
-    if let Some(g) = counters(info, size) {
-        *out = g;
-    }
-    1
-}
-
 unsafe extern "C" fn each_object(
     info: *mut libc::dl_phdr_info,
     size: usize,
     data: *mut c_void,
 ) -> libc::c_int {
     // SAFETY: the loader passes a valid info for this call; `data` is the
-    // `Walk` that `segments` passed.
+    // `Walk` that `walk` passed.
     let (info, walk) = unsafe { (&*info, &mut *data.cast::<Walk>()) };
     if let Some(g) = counters(info, size) {
         walk.generation = g;
+    }
+    if walk.generation_only {
+        return 1;
     }
     let phdrs: &[libc::Elf64_Phdr] = if info.dlpi_phdr.is_null() {
         &[]
