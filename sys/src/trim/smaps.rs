@@ -1,6 +1,6 @@
 //! Which of a process's mappings hold clean file pages that a trim may
 //! drop, read from `/proc/<pid>/smaps` (the per-mapping anonymous page
-//! counts are only there): how tests and the bench see what a trim left.
+//! counts are only there): how the tests see what a trim left.
 
 /// One private, read-only (or read-execute), file-backed mapping:
 /// `[start, end)`.
