@@ -130,6 +130,9 @@ pub struct PollCost {
     pub cpu_us_per_poll: Option<f64>,
     /// Shims or threads gone before the series ended: their time is not counted.
     pub threads_ended: usize,
+    /// Mean RSS of one shim one spacing after the series' last poll, KiB.
+    #[serde(default)]
+    pub rss_kib_after: Option<f64>,
 }
 
 /// rund per-node against per-pod mode and runc-v2, N idle pods each.

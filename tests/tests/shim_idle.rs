@@ -1,7 +1,8 @@
 //! An idle shim and agent give back their start-up pages (`[idle] trim_after_ms`): the clean
 //! file pages they mapped at start are unmapped once requests have been quiet that long, and
 //! the pod keeps working (exec, kill, delete) with the pages faulted back in, and given back
-//! again once quiet. With 0, nothing is unmapped.
+//! again once quiet. What polls alone (State) map back stays until `trim_after_polls_ms`.
+//! With 0, nothing is unmapped.
 //!
 //! Needs root and rund's binaries; skipped with a message otherwise.
 
@@ -29,20 +30,34 @@ fn mapped_kb(pid: u32) -> u64 {
         .sum()
 }
 
-/// A started `sleep` pod whose shim trims after `trim_ms`; returns it with the shim's and
-/// the agent's mapped kB right after Start.
-async fn started(bins: &RundBins, trim_ms: u64) -> (Direct, u32, u64, u64) {
+/// A started `sleep` pod whose shim trims after `trim_ms` (`polls_ms` after polls alone);
+/// returns it with the shim's and the agent's mapped kB right after Start.
+async fn started(bins: &RundBins, trim_ms: u64, polls_ms: u64) -> (Direct, u32, u64, u64) {
     let bundle = Bundle::new(&unique_id("idle")).unwrap();
     bundle
         .write_config(&bundle.spec(rootfs(), &["sleep", "100000"]))
         .unwrap();
-    let config = format!("[idle]\ntrim_after_ms = {trim_ms}\n");
+    let config = format!("[idle]\ntrim_after_ms = {trim_ms}\ntrim_after_polls_ms = {polls_ms}\n");
     let d = Direct::start_with(bins, bundle, &config).await.unwrap();
     d.create().await.unwrap();
     d.start_process("").await.unwrap();
     let agent = *agents_of(d.shim.pid).first().expect("the pod's agent");
     let (shim_kb, agent_kb) = (mapped_kb(d.shim.pid), mapped_kb(agent));
     (d, agent, shim_kb, agent_kb)
+}
+
+/// The delay after polls alone in the trimming test: well past `trim_after_ms` (1 s).
+const POLLS_MS: u64 = 6000;
+
+/// `pid`'s mapped kB once `done` holds of it, or at `within`.
+async fn mapped_kb_once(pid: u32, within: Duration, done: impl Fn(u64) -> bool) -> u64 {
+    let deadline = Instant::now() + within;
+    let mut now = mapped_kb(pid);
+    while Instant::now() < deadline && !done(now) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        now = mapped_kb(pid);
+    }
+    now
 }
 
 async fn stop(d: Direct) {
@@ -58,7 +73,7 @@ async fn idle_shim_and_agent_unmap_start_pages_and_keep_working() {
     let Some(bins) = setup("idle_shim_and_agent_unmap_start_pages") else {
         return;
     };
-    let (d, agent, shim_kb, agent_kb) = started(&bins, 1000).await;
+    let (d, agent, shim_kb, agent_kb) = started(&bins, 1000, POLLS_MS).await;
     let shim = d.shim.pid;
     eprintln!("after Start: shim {shim_kb} kB, agent {agent_kb} kB mapped");
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -87,8 +102,8 @@ async fn idle_shim_and_agent_unmap_start_pages_and_keep_working() {
     // The pod works on: code comes back from the page cache.
     assert_eq!(d.exec_to_end("e1", &["true"]).await.unwrap(), 0);
     tokio::time::sleep(Duration::from_secs(3)).await;
-    // Any request is activity, not only Start and Delete: a shim that containerd polls maps
-    // back the code it runs, and trims it again once the polls stop.
+    // Polls alone (State): what they map back is what the next poll runs, so it stays past
+    // `trim_after_ms` and goes after `trim_after_polls_ms`.
     let quiet = mapped_kb(shim);
     for _ in 0..20 {
         d.state("").await.unwrap();
@@ -96,17 +111,33 @@ async fn idle_shim_and_agent_unmap_start_pages_and_keep_working() {
     let polled = mapped_kb(shim);
     eprintln!("quiet: shim {quiet} kB mapped; after 20 State: {polled} kB");
     assert!(polled > quiet, "State ran no code that had been unmapped");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut now = polled;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let kept = mapped_kb(shim);
+    eprintln!("2.5 s after the polls: {kept} kB");
+    assert!(
+        kept * 10 >= polled * 9,
+        "polls alone trimmed after trim_after_ms: {polled} -> {kept} kB"
+    );
     // At least half of what the polls mapped back is given back.
     let given_back = |now: u64| polled.saturating_sub(now) * 2 >= polled - quiet;
-    while Instant::now() < deadline && !given_back(now) {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        now = mapped_kb(shim);
-    }
+    let now = mapped_kb_once(shim, Duration::from_secs(20), given_back).await;
     assert!(
         given_back(now),
         "the shim keeps {now} kB of the {polled} kB after the polls"
+    );
+    // A request that changes something, then polls: the short delay holds.
+    let quiet = now;
+    assert_eq!(d.exec_to_end("e2", &["true"]).await.unwrap(), 0);
+    for _ in 0..5 {
+        d.state("").await.unwrap();
+    }
+    let worked = mapped_kb(shim);
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    let now = mapped_kb(shim);
+    eprintln!("exec and 5 State: {quiet} -> {worked} kB; 3 s later {now} kB");
+    assert!(
+        worked > quiet && worked.saturating_sub(now) * 2 >= worked - quiet,
+        "polls after an exec stretched the trim delay: {quiet} -> {worked} -> {now} kB"
     );
     eprintln!("quiet again: shim {now} kB mapped");
     stop(d).await;
@@ -117,7 +148,7 @@ async fn trim_after_0_never_unmaps() {
     let Some(bins) = setup("trim_after_0_never_unmaps") else {
         return;
     };
-    let (d, agent, shim_kb, agent_kb) = started(&bins, 0).await;
+    let (d, agent, shim_kb, agent_kb) = started(&bins, 0, 0).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (shim_now, agent_now) = (mapped_kb(d.shim.pid), mapped_kb(agent));
     eprintln!("shim {shim_kb} -> {shim_now} kB, agent {agent_kb} -> {agent_now} kB mapped");

@@ -1,9 +1,10 @@
 //! What an idle shim costs when containerd polls it: the CPU time of every
 //! idle pod's shim over a series of `ctr task ls` (one State request to
-//! each shim), at two spacings. rund's shim trims its pages once requests
-//! have been quiet for `[idle] trim_after_ms`, so polls spaced further
-//! apart than that each pay for a trim and the faults after it; polls
-//! closer together do not.
+//! each shim), at two spacings, and its RSS one spacing after the last
+//! poll. rund's shim trims what polls alone mapped back only after
+//! `[idle] trim_after_polls_ms` (a minute), so a polled shim keeps its poll
+//! code mapped instead of paying for a trim and the faults after it at
+//! every poll.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -32,6 +33,7 @@ pub fn run(ctr: &Ctr, shims: &HashMap<String, BTreeSet<u32>>) -> HashMap<String,
             std::thread::sleep(Duration::from_millis(gap_ms));
         }
         let after = sample(shims);
+        let rss = rss_kib(shims);
         for (label, pids) in shims {
             let (mut ns, mut ended) = (0u64, 0usize);
             for pid in pids {
@@ -61,10 +63,30 @@ pub fn run(ctr: &Ctr, shims: &HashMap<String, BTreeSet<u32>>) -> HashMap<String,
                 shims: pids.len(),
                 cpu_us_per_poll: per_poll_us,
                 threads_ended: ended,
+                rss_kib_after: rss.get(label).copied(),
             });
         }
     }
     out
+}
+
+/// Per label: the mean RSS of its shims that are still there.
+fn rss_kib(shims: &HashMap<String, BTreeSet<u32>>) -> HashMap<String, f64> {
+    shims
+        .iter()
+        .filter_map(|(label, pids)| {
+            let kib: Vec<u64> = pids
+                .iter()
+                .filter_map(|&p| procfs::mem_of(p).map(|m| m.rss_kib))
+                .collect();
+            (!kib.is_empty()).then(|| {
+                (
+                    label.clone(),
+                    kib.iter().sum::<u64>() as f64 / kib.len() as f64,
+                )
+            })
+        })
+        .collect()
 }
 
 /// Per shim pid: its threads' CPU times.

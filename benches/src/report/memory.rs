@@ -183,5 +183,14 @@ fn poll_rows<'a>(results: &'a Results, rows: &mut Vec<TableRow>) {
             true,
             format!("{} / {}", part(a), part(b)),
         ));
+        let rss = |p: Option<&PollCost>| p.and_then(|p| p.rss_kib_after).map(|k| k / MIB);
+        rows.push(row(
+            format!("idle pod: shim RSS {gap} ms after polls {gap} ms apart"),
+            "MiB",
+            rss(a),
+            rss(b),
+            true,
+            String::new(),
+        ));
     }
 }

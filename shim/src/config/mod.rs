@@ -104,14 +104,23 @@ pub struct IdleConfig {
     /// library code) they touched: the page cache keeps them, shared by
     /// every pod, and a page used again is mapped back by a minor fault.
     /// 0: never. A quarter second: the pages of a burst's pods go soon
-    /// after each starts, and a trim and the faults after it cost 0.4-0.6
-    /// ms of CPU per poll (`make bench`: "shim CPU per State poll").
+    /// after each starts.
     pub trim_after_ms: u64,
+    /// The delay instead when only polls (State, Stats, Pids, and the
+    /// sandbox API's status, ping and metrics) came since the last trim:
+    /// they map back the code the next poll runs again, and a trim and the
+    /// faults after it cost 0.2-0.4 ms of CPU per poll (`make bench`:
+    /// "shim CPU per State poll"). A minute covers the kubelet's stats
+    /// polls; 0: polls alone never trim.
+    pub trim_after_polls_ms: u64,
 }
 
 impl Default for IdleConfig {
     fn default() -> Self {
-        IdleConfig { trim_after_ms: 250 }
+        IdleConfig {
+            trim_after_ms: 250,
+            trim_after_polls_ms: 60_000,
+        }
     }
 }
 

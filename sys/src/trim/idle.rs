@@ -17,7 +17,11 @@ struct Trimmer {
     quiet: Quiet,
     /// The ticket of the last activity a trim followed.
     trimmed: AtomicU64,
+    /// The ticket of the last [`activity`] (not a [`poll`]).
+    worked: AtomicU64,
     after_ms: AtomicU64,
+    /// The delay when only polls came since the last trim.
+    poll_after_ms: AtomicU64,
     trims: AtomicU64,
     /// Bumped by every activity: the idle trimmer's futex word.
     wakes: AtomicU32,
@@ -38,10 +42,14 @@ pub fn no_trim_while<T>(fork: impl FnOnce() -> T) -> T {
     fork()
 }
 
+fn millis(d: Duration) -> u64 {
+    d.as_millis().min(u64::MAX as u128) as u64
+}
+
 /// Records activity: the process trims once none has followed for `after`
 /// (the latest caller's `after` counts). Zero turns the trim off.
 pub fn activity(after: Duration) {
-    let ms = after.as_millis().min(u64::MAX as u128) as u64;
+    let ms = millis(after);
     if ms == 0 {
         return;
     }
@@ -49,7 +57,30 @@ pub fn activity(after: Duration) {
         return;
     };
     t.after_ms.store(ms, Ordering::SeqCst);
+    t.worked.fetch_max(t.quiet.activity(), Ordering::SeqCst);
+    wake(t);
+}
+
+/// Records a poll: a request that a caller repeats while the process is
+/// idle (a shim's State or Stats). The code it ran is what the next poll
+/// runs again, so when only polls came since the last trim, the trim waits
+/// `after` instead of [`activity`]'s delay. Zero: polls alone never trim.
+/// Either way a poll pushes back a trim that is counting down.
+pub fn poll(after: Duration) {
+    let ms = millis(after);
+    let Some(Some(t)) = TRIMMER.get() else {
+        // Nothing to trim before the first activity.
+        return;
+    };
+    t.poll_after_ms.store(ms, Ordering::SeqCst);
+    if ms == 0 {
+        return touch();
+    }
     t.quiet.activity();
+    wake(t);
+}
+
+fn wake(t: &Trimmer) {
     t.wakes.fetch_add(1, Ordering::SeqCst);
     super::raw::futex_wake(&t.wakes);
     // Before its first trim the thread waits in std's park.
@@ -95,7 +126,9 @@ fn start() -> Option<Trimmer> {
     Some(Trimmer {
         quiet: Quiet::default(),
         trimmed: AtomicU64::new(0),
+        worked: AtomicU64::new(0),
         after_ms: AtomicU64::new(0),
+        poll_after_ms: AtomicU64::new(0),
         trims: AtomicU64::new(0),
         wakes: AtomicU32::new(0),
         thread: handle.thread().clone(),
@@ -106,17 +139,20 @@ fn run(t: &Trimmer) -> ! {
     loop {
         let seen = t.wakes.load(Ordering::SeqCst);
         let ticket = t.quiet.current();
-        if ticket == t.trimmed.load(Ordering::SeqCst) {
-            // Right after a trim: a raw futex wait, so nothing of libc's
-            // text (std's park) is faulted back in.
+        let trimmed = ticket == t.trimmed.load(Ordering::SeqCst);
+        let Some(mut after) = delay(t).filter(|_| !trimmed) else {
+            // Right after a trim, or polls alone with no delay of their own:
+            // a raw futex wait, so nothing of libc's text (std's park) is
+            // faulted back in.
             super::raw::futex_wait(&t.wakes, seen);
             continue;
-        }
-        let after = Duration::from_millis(t.after_ms.load(Ordering::SeqCst));
-        let deadline = Instant::now() + after;
-        // Unparks by later activity only end this wait early: sleep it out.
-        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        };
+        let from = Instant::now();
+        // Unparks by later activity end this wait early: sleep it out, to
+        // the delay it has by then (an activity after polls shortens it).
+        while let Some(left) = (from + after).checked_duration_since(Instant::now()) {
             std::thread::park_timeout(left);
+            after = delay(t).unwrap_or(after);
         }
         if t.quiet.still(ticket) {
             let _held = FORKS.lock().unwrap_or_else(|e| e.into_inner());
@@ -127,12 +163,38 @@ fn run(t: &Trimmer) -> ! {
     }
 }
 
+/// [`activity`]'s delay if one came since the last trim, else the polls'
+/// (`None`: polls alone do not trim).
+fn delay(t: &Trimmer) -> Option<Duration> {
+    let polls_only = t.worked.load(Ordering::SeqCst) <= t.trimmed.load(Ordering::SeqCst);
+    let ms = if polls_only {
+        &t.poll_after_ms
+    } else {
+        &t.after_ms
+    };
+    Some(ms.load(Ordering::SeqCst))
+        .filter(|&ms| ms > 0)
+        .map(Duration::from_millis)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The tests share the process's one trimmer.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    fn trims_reach(n: u64) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while trims() < n && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        trims() == n
+    }
+
     #[test]
     fn trims_once_after_quiet_and_again_after_new_activity() {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let before = trims();
         activity(Duration::from_millis(50));
         // Activity keeps pushing the trim back.
@@ -168,5 +230,45 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert_eq!(trims(), before + 3, "the last touch is waited out");
+    }
+
+    #[test]
+    fn polls_alone_wait_their_own_delay() {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let short = Duration::from_millis(20);
+        activity(short);
+        assert!(trims_reach(trims() + 1), "no trim after activity");
+        let base = trims();
+        // Only polls since that trim: the activity's delay passes, theirs does not.
+        for _ in 0..3 {
+            poll(Duration::from_millis(800));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(
+            trims(),
+            base,
+            "polls alone trimmed after the activity's delay"
+        );
+        assert!(trims_reach(base + 1), "polls alone never trimmed");
+        // Activity, then polls: the activity's delay holds (not the hour).
+        activity(short);
+        poll(Duration::from_secs(3600));
+        assert!(
+            trims_reach(base + 2),
+            "polls stretched the activity's delay"
+        );
+        // A zero delay: polls alone never trim, but push back a countdown.
+        for _ in 0..3 {
+            poll(Duration::ZERO);
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(trims(), base + 2, "polls with no delay trimmed");
+        activity(short);
+        poll(Duration::ZERO);
+        assert!(
+            trims_reach(base + 3),
+            "a poll called off the activity's trim"
+        );
     }
 }
