@@ -122,8 +122,16 @@ test-linkorder: release
 
 # Re-profile which functions the shim and agent run and rewrite
 # linkorder/*.order (root: it turns the disk's readahead off for the run).
+# The release binaries are profiled as linked and unlinked from the order
+# (RUND_LINK_ORDER=off); a function is kept if it ran in both layouts.
+LINK_ORDER_BINS := containerd-shim-rund-v2 rund-agent rund
 link-order: release
-	linkorder/profile.sh $(TARGET_DIR)/release
+	rm -rf $(TARGET_DIR)/linkorder && mkdir -p $(TARGET_DIR)/linkorder/ordered $(TARGET_DIR)/linkorder/plain
+	for b in $(LINK_ORDER_BINS); do cp $(TARGET_DIR)/release/$$b $(TARGET_DIR)/linkorder/ordered/; done
+	RUND_LINK_ORDER=off $(CARGO) build --release -p rund-shim -p rund-agent
+	for b in $(LINK_ORDER_BINS); do cp $(TARGET_DIR)/release/$$b $(TARGET_DIR)/linkorder/plain/; done
+	linkorder/profile.sh $(TARGET_DIR)/linkorder/ordered $(TARGET_DIR)/linkorder/plain
+	$(CARGO) build --release -p rund-shim -p rund-agent
 
 # criterion micro-benches (cgroup claim vs mkdir, spec processing, device scan).
 bench-micro: deps

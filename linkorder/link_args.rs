@@ -17,7 +17,10 @@ fn link_release(bin: &str) {
         .join("../linkorder")
         .join(format!("{bin}.order"));
     println!("cargo:rerun-if-changed={}", order.display());
-    if order.exists() && rustc_links_with_lld() {
+    // `make link-order` profiles an unordered build too (`=off`).
+    println!("cargo:rerun-if-env-changed=RUND_LINK_ORDER");
+    let wanted = std::env::var("RUND_LINK_ORDER").as_deref() != Ok("off");
+    if wanted && order.exists() && rustc_links_with_lld() {
         println!(
             "cargo:rustc-link-arg-bin={bin}=-Wl,--symbol-ordering-file={},--no-warn-symbol-ordering",
             order.display()

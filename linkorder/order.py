@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-"""`order.py BINARY FIRST_PAGES ALL_PAGES`: the functions of BINARY's .text
-that lie on a touched page, for lld's --symbol-ordering-file. Those on
-FIRST_PAGES (what an idle shim runs when polled) come first, then the rest
-of ALL_PAGES, each group in the binary's own order."""
+"""`order.py BINARY FIRST_PAGES ALL_PAGES [BINARY FIRST_PAGES ALL_PAGES ...]`:
+the functions of BINARY's .text that lie on a touched page, for lld's
+--symbol-ordering-file. Those on FIRST_PAGES (what an idle shim runs when
+polled) come first, then the rest of ALL_PAGES, each group in the first
+binary's own order. Given the same program in other layouts (an unordered
+link), a function counts only if it lies on a touched page in every layout:
+a page holds many functions, and those that merely share one with run code
+seldom share one again in another layout."""
 import re
 import subprocess
 import sys
@@ -40,13 +44,30 @@ def pages(path):
         return {int(x) for x in f if x.strip()}
 
 
+def touched(binary, first, every):
+    """The names on `first` pages, and those on any touched page."""
+    hot, warm = set(), set()
+    for name, span in functions(binary):
+        if any(p in first for p in span):
+            hot.add(name)
+        if any(p in every or p in first for p in span):
+            warm.add(name)
+    return hot, warm
+
+
 def main():
-    binary, first, every = sys.argv[1], pages(sys.argv[2]), pages(sys.argv[3])
-    fns = list(functions(binary))
+    args = sys.argv[1:]
+    if not args or len(args) % 3:
+        sys.exit(__doc__)
+    layouts = [(args[i], pages(args[i + 1]), pages(args[i + 2])) for i in range(0, len(args), 3)]
+    sets = [touched(*layout) for layout in layouts]
+    hot = set.intersection(*(h for h, _ in sets))
+    warm = set.intersection(*(w for _, w in sets))
+    fns = [name for name, _ in functions(layouts[0][0])]
     seen = set()
-    for group in (first, every | first):
-        for name, span in fns:
-            if name not in seen and any(p in group for p in span):
+    for group in (hot, warm | hot):
+        for name in fns:
+            if name not in seen and name in group:
                 seen.add(name)
                 print(name)
 

@@ -9,9 +9,17 @@
 # kubelet asks), then the rest. lld packs them at the start of .text, so the
 # kernel's 64 kB fault-around maps hot code instead of its neighbours.
 # Stale entries only cost locality: lld skips names it does not find.
+#
+# `profile.sh BIN_DIR [BIN_DIR ...]`: the same binaries in other layouts
+# (`make link-order` adds an unordered link) are driven the same way, and a
+# function counts only if it sits on a touched page in every layout
+# (order.py): a page touched also holds its neighbours, which would join the
+# order and grow it at each re-profile.
 set -eu
 cd "$(dirname "$0")"
-BIN_DIR=$(realpath "${1:-../target/release}")
+BIN_DIRS=()
+for d in "${@:-../target/release}"; do BIN_DIRS+=("$(realpath "$d")"); done
+BIN_DIR=${BIN_DIRS[0]}
 [ "$(id -u)" = 0 ] || { echo "link-order: needs root (containerd, and the disk's readahead)" >&2; exit 1; }
 WORK=$(mktemp -d /tmp/rund-linkorder.XXXXXX)
 CTD_PID=""
@@ -50,7 +58,7 @@ CTD_PID=$!
 for _ in $(seq 100); do $CTR version >/dev/null 2>&1 && break; sleep 0.1; done
 run=(--null-io --runtime io.containerd.rund.v2 --rootfs "$ROOTFS")
 
-snapshot() { for b in $BINS; do python3 pages.py list "$WORK/real/$b" >> "$WORK/$b.$1"; done; }
+snapshot() { for b in $BINS; do python3 pages.py list "$WORK/real/$b" >> "$WORK/$LAYOUT.$b.$1"; done; }
 evict() { for b in $BINS rund; do python3 pages.py evict "$WORK/real/$b"; done; }
 stop() {
     $CTR task kill "$1"
@@ -60,27 +68,38 @@ stop() {
 }
 
 echo 0 > "$RA"
-evict
-for round in 1 2; do
-    $CTR run -d "${run[@]}" "p$round" /bin/sleep 100000
-    sleep 2 # past the idle trim: the shim and agent unmap what they ran
-    snapshot all
-    evict
-    for _ in 1 2; do
-        $CTR task ls >/dev/null
-        $CTR task metrics "p$round" >/dev/null
-        $CTR task ps "p$round" >/dev/null
+for LAYOUT in "${!BIN_DIRS[@]}"; do
+    # No pod runs now: the next layout's binaries replace the files in place.
+    for b in $BINS rund; do
+        cp "${BIN_DIRS[$LAYOUT]}/$b" "$WORK/real/.$b" && mv "$WORK/real/.$b" "$WORK/real/$b"
     done
-    snapshot polled
-    $CTR task exec --exec-id "e$round" "p$round" /bin/true
-    stop "p$round"
-    $CTR run --rm "${run[@]}" "r$round" /bin/true
-    snapshot all
     evict
+    for round in 1 2; do
+        $CTR run -d "${run[@]}" "p$LAYOUT$round" /bin/sleep 100000
+        sleep 2 # past the idle trim: the shim and agent unmap what they ran
+        snapshot all
+        evict
+        for _ in 1 2; do
+            $CTR task ls >/dev/null
+            $CTR task metrics "p$LAYOUT$round" >/dev/null
+            $CTR task ps "p$LAYOUT$round" >/dev/null
+        done
+        snapshot polled
+        $CTR task exec --exec-id "e$round" "p$LAYOUT$round" /bin/true
+        stop "p$LAYOUT$round"
+        $CTR run --rm "${run[@]}" "r$LAYOUT$round" /bin/true
+        snapshot all
+        evict
+    done
 done
 for b in $BINS; do
-    python3 order.py "$BIN_DIR/$b" "$WORK/$b.polled" <(cat "$WORK/$b.all" "$WORK/$b.polled") > "$b.order"
-    echo "$b: $(sort -u "$WORK/$b.polled" | wc -l) pages polled, $(cat "$WORK/$b.all" "$WORK/$b.polled" | sort -u | wc -l) in all; $(wc -l < "$b.order") functions"
+    args=()
+    for i in "${!BIN_DIRS[@]}"; do
+        cat "$WORK/$i.$b.all" "$WORK/$i.$b.polled" > "$WORK/$i.$b.every"
+        args+=("${BIN_DIRS[$i]}/$b" "$WORK/$i.$b.polled" "$WORK/$i.$b.every")
+    done
+    python3 order.py "${args[@]}" > "$b.order"
+    echo "$b: $(sort -u "$WORK/0.$b.polled" | wc -l) pages polled, $(sort -u "$WORK/0.$b.every" | wc -l) in all (first layout); ${#BIN_DIRS[@]} layouts; $(wc -l < "$b.order") functions"
 done
 # check.py holds missing names against the order only under this toolchain.
 rustc --version > toolchain
