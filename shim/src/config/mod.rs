@@ -71,11 +71,18 @@ pub struct SandboxConfig {
     /// user namespace or hostPID claims one with one RPC; the pool refills
     /// in the background. 0: none.
     pub warm: usize,
+    /// Per-pod mode: a new shim launches its pod's agent as it starts, in
+    /// the warm template, while containerd is still on its way to Create;
+    /// the pod claims it if it fits (no user namespace, no hostPID).
+    pub head_start: bool,
 }
 
 impl Default for SandboxConfig {
     fn default() -> Self {
-        SandboxConfig { warm: 2 }
+        SandboxConfig {
+            warm: 2,
+            head_start: true,
+        }
     }
 }
 
@@ -304,6 +311,9 @@ mod tests {
     #[test]
     fn warm_sandboxes_default_to_two_and_have_a_limit() {
         assert_eq!(RundConfig::default().sandbox.warm, 2);
+        assert!(RundConfig::default().sandbox.head_start);
+        let c = RundConfig::parse("[sandbox]\nhead_start = false\n", Path::new("x")).unwrap();
+        assert!(!c.sandbox.head_start);
         let c = RundConfig::parse("[sandbox]\nwarm = 0\n", Path::new("x")).unwrap();
         assert_eq!(c.sandbox.warm, 0);
         let e = RundConfig::parse("[sandbox]\nwarm = 65\n", Path::new("x")).unwrap_err();

@@ -4,6 +4,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use containerd_shim_protos::shim_async::create_task;
@@ -20,6 +21,10 @@ use crate::task::Service;
 
 const TASK_V2: &str = "containerd.task.v2.Task";
 const TASK_V3: &str = "containerd.task.v3.Task";
+/// Set by `start` in the server it forks when the pod's spec fits the warm
+/// template: the server launches the pod's agent as it starts
+/// (`sandbox::head_start`).
+pub static HEAD_START: AtomicBool = AtomicBool::new(false);
 /// How long an exiting shim waits for containerd to take its last events.
 const FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -58,6 +63,10 @@ async fn serve(flags: Flags) -> Result<(), EntryError> {
         exit.clone(),
         flags.debug,
     ));
+    // The launch runs on a blocking thread while this one binds the socket.
+    if HEAD_START.load(Ordering::Relaxed) {
+        crate::task::begin_head_start(&service);
+    }
     let pod = open_pod(&flags.socket, service.clone()).await?;
     signal_started();
     let started_as = std::env::var(super::start::STARTED_AS_ENV).unwrap_or_default();

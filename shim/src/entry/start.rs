@@ -26,9 +26,11 @@ pub const STARTED_AS_ENV: &str = "RUND_SHIM_STARTED_AS";
 
 pub fn run(flags: &Flags) -> Result<(), EntryError> {
     let bundle = std::env::current_dir().map_err(EntryError::Cwd)?;
-    let grouping = match crate::spec::load(&bundle) {
-        Ok(spec) => crate::spec::grouping_id(&spec, &flags.id),
-        Err(_) => flags.id.clone(), // Create reports a bad config.json properly.
+    // Create reports a bad config.json properly.
+    let spec = crate::spec::load(&bundle).ok();
+    let grouping = match &spec {
+        Some(spec) => crate::spec::grouping_id(spec, &flags.id),
+        None => flags.id.clone(),
     };
     // containerd writes the runtime's options (ConfigPath) on our stdin: the
     // sandbox API has no Create that would carry them, and `delete` gets none.
@@ -47,7 +49,16 @@ pub fn run(flags: &Flags) -> Result<(), EntryError> {
             let state_dir = config.map(|c| c.state_dir).unwrap_or_default();
             super::node::hand_over(flags, &state_dir, &address, config_path)?;
         } else {
-            start_pod_server(flags, &address, reply.name(), config_path)?;
+            let head_start = match (&config, &spec) {
+                (Ok(c), Some(spec)) => c.sandbox.head_start && crate::task::fits_template(spec, c),
+                _ => false,
+            };
+            let server = Server {
+                started_as: reply.name(),
+                config_path,
+                head_start,
+            };
+            start_pod_server(flags, &address, server)?;
         }
     }
     write_address(&bundle, &address)?;
@@ -58,27 +69,30 @@ pub fn run(flags: &Flags) -> Result<(), EntryError> {
     Ok(())
 }
 
-/// Forks this pod's own server and waits until it listens.
-fn start_pod_server(
-    flags: &Flags,
-    address: &str,
-    started_as: &str,
+/// What `start` tells the pod's server it forks.
+struct Server {
+    started_as: &'static str,
     config_path: Option<String>,
-) -> Result<(), EntryError> {
+    /// Launch the pod's agent at once ([`super::serve::HEAD_START`]).
+    head_start: bool,
+}
+
+/// Forks this pod's own server and waits until it listens.
+fn start_pod_server(flags: &Flags, address: &str, told: Server) -> Result<(), EntryError> {
     let server = Flags {
         socket: address.to_string(),
         action: String::new(),
         ..flags.clone()
     };
-    let started_as = started_as.to_string();
     let (child, out) = fork_server(move || {
         // SAFETY: single-threaded: nothing reads the environment meanwhile.
         unsafe {
-            std::env::set_var(STARTED_AS_ENV, started_as);
-            if let Some(p) = config_path {
+            std::env::set_var(STARTED_AS_ENV, told.started_as);
+            if let Some(p) = told.config_path {
                 std::env::set_var(crate::config::ENV_PATH, p);
             }
         }
+        super::serve::HEAD_START.store(told.head_start, std::sync::atomic::Ordering::Relaxed);
         super::main_server(server)
     })?;
     await_listening(child, out, address.trim_start_matches("unix://"))

@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod fostered;
+pub mod head_start;
 pub mod pidmap;
 pub mod spawn;
 pub mod warm;

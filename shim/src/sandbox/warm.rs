@@ -172,7 +172,7 @@ pub fn launch_config(template: &Template) -> LaunchConfig {
     }
 }
 
-async fn launch(template: &Template) -> Result<Agent, SandboxError> {
+pub(super) async fn launch(template: &Template) -> Result<Agent, SandboxError> {
     let plan = SpawnPlan {
         config: launch_config(template),
         join: Vec::new(),

@@ -13,6 +13,7 @@ mod namespaces;
 pub(crate) mod options;
 pub use options::config_path;
 mod pod;
+pub use pod::{begin_head_start, fits_template};
 pub mod publish;
 mod remap;
 mod resources;
@@ -52,6 +53,8 @@ pub struct Service {
     cgroups: std::sync::Mutex<Option<Arc<rund_cgroup::Cgroups>>>,
     /// The node's warm agents (per-node mode), set once when the pod is admitted.
     pub(crate) warm: std::sync::OnceLock<Arc<crate::sandbox::warm::WarmPool>>,
+    /// Per-pod mode: the agent launched as this shim started (`pod::begin_head_start`).
+    pub(crate) head_start: std::sync::OnceLock<crate::sandbox::head_start::HeadStart>,
     /// Per-node mode: the pod's record and its keeper.
     pub node: std::sync::OnceLock<snapshot::NodeLink>,
     /// The config path the first container's options named.
@@ -76,6 +79,7 @@ impl Service {
             exit,
             debug,
             warm: std::sync::OnceLock::new(),
+            head_start: std::sync::OnceLock::new(),
             node: std::sync::OnceLock::new(),
             config_in_force: Default::default(),
         }

@@ -13,10 +13,13 @@ use rund_proto::launch::LaunchConfig;
 use super::undo::Undo;
 use super::Service;
 use super::TaskError;
+use crate::config::RundConfig;
 use crate::error::Result;
+use crate::sandbox::head_start::HeadStart;
 use crate::sandbox::spawn::SpawnPlan;
 use crate::sandbox::{self, warm, About, Sandbox};
-use crate::spec;
+use crate::spec::{self, Role};
+use crate::userns::{self, UsernsMode};
 
 /// The shim's one sandbox.
 #[derive(Default)]
@@ -114,6 +117,14 @@ pub async fn start(
         .get()
         .filter(|_| fits)
         .and_then(|pool| pool.take(&config.agent_binary()));
+    let warm_agent = match (warm_agent, svc.head_start.get()) {
+        (None, Some(head)) if fits => head.take(&config.agent_binary()).await,
+        (agent, _) => agent,
+    };
+    // A per-pod shim starts one sandbox: an agent not taken now never is.
+    if let Some(head) = svc.head_start.get() {
+        head.discard();
+    }
     let warm_sb = match warm_agent {
         Some(agent) => claim_warm(agent, about.clone(), &mut join, &hostname, &sysctls).await?,
         None => None,
@@ -175,6 +186,39 @@ pub async fn start(
         }
     });
     Ok(sb)
+}
+
+/// Whether the pod of this spec would take an agent in the warm template,
+/// judged before its Create (for the head start): a pod's first container,
+/// no user namespace by its spec or by the config, not hostPID, its own ipc
+/// and uts namespaces, and nothing joined but the network namespace.
+pub fn fits_template(spec: &Spec, config: &RundConfig) -> bool {
+    if !matches!(spec::role(spec), Role::Standalone | Role::PodSandbox) {
+        return false;
+    }
+    let Ok(ns) = spec::namespaces::sandbox_namespaces(spec) else {
+        return false;
+    };
+    let Ok(decision) = userns::decide(spec, &config.userns, config.policy.allow_userns_host) else {
+        return false;
+    };
+    let userns = ns.userns || decision.mode != UsernsMode::Off;
+    let joined: Vec<&str> = ns.join.iter().map(|(k, _)| k.as_str()).collect();
+    warm::fits(userns, ns.host_pid, ns.new_ipc, ns.new_uts, &joined)
+}
+
+/// Launches this per-pod shim's head start (see `sandbox::head_start`), in
+/// the background; call inside the runtime, before the pod's first Create.
+pub fn begin_head_start(svc: &Service) {
+    let config = svc.config();
+    let template = warm::Template {
+        agent_bin: config.agent_binary(),
+        debug: svc.debug,
+        trim_after_ms: config.idle.trim_after_ms,
+    };
+    if let Err(second) = svc.head_start.set(HeadStart::launch(template)) {
+        second.discard();
+    }
 }
 
 /// Claims a warm agent for this pod. A warm agent that died waiting gives
@@ -240,4 +284,90 @@ fn pod_sysctls(spec: &Spec, userns: Option<&super::remap::Plan>) -> Vec<(String,
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oci_spec::runtime::{LinuxNamespaceBuilder, LinuxNamespaceType};
+
+    fn with_namespaces(kinds: &[(LinuxNamespaceType, Option<&str>)]) -> Spec {
+        let mut spec = Spec::default();
+        let list = kinds
+            .iter()
+            .map(|(typ, path)| {
+                let mut b = LinuxNamespaceBuilder::default().typ(*typ);
+                if let Some(p) = path {
+                    b = b.path(*p);
+                }
+                b.build().unwrap()
+            })
+            .collect();
+        let mut linux = spec.linux().clone().unwrap_or_default();
+        linux.set_namespaces(Some(list));
+        spec.set_linux(Some(linux));
+        spec
+    }
+
+    fn plain() -> Vec<(LinuxNamespaceType, Option<&'static str>)> {
+        use LinuxNamespaceType::*;
+        vec![
+            (Pid, None),
+            (Ipc, None),
+            (Uts, None),
+            (Mount, None),
+            (Network, None),
+        ]
+    }
+
+    #[test]
+    fn plain_pods_fit_the_template_before_create() {
+        let config = RundConfig::default();
+        assert!(fits_template(&with_namespaces(&plain()), &config));
+        let mut cni = plain();
+        cni[4].1 = Some("/var/run/netns/cni-1");
+        assert!(fits_template(&with_namespaces(&cni), &config), "CNI netns");
+    }
+
+    #[test]
+    fn pods_that_would_start_cold_do_not_fit() {
+        use LinuxNamespaceType::*;
+        let config = RundConfig::default();
+        let mut userns = plain();
+        userns.push((User, None));
+        assert!(!fits_template(&with_namespaces(&userns), &config), "userns");
+        let host_pid: Vec<_> = plain().into_iter().filter(|(t, _)| *t != Pid).collect();
+        assert!(
+            !fits_template(&with_namespaces(&host_pid), &config),
+            "hostPID"
+        );
+        let host_ipc: Vec<_> = plain().into_iter().filter(|(t, _)| *t != Ipc).collect();
+        assert!(
+            !fits_template(&with_namespaces(&host_ipc), &config),
+            "hostIPC"
+        );
+        let always = RundConfig::parse("[userns]\nmode = \"always\"\n", Path::new("x")).unwrap();
+        assert!(
+            !fits_template(&with_namespaces(&plain()), &always),
+            "userns by config"
+        );
+        let mut container = with_namespaces(&plain());
+        container.set_annotations(Some(
+            [
+                (
+                    "io.kubernetes.cri.container-type".to_string(),
+                    "container".to_string(),
+                ),
+                (
+                    "io.kubernetes.cri.sandbox-id".to_string(),
+                    "pod1".to_string(),
+                ),
+            ]
+            .into(),
+        ));
+        assert!(
+            !fits_template(&container, &config),
+            "not the pod's first container"
+        );
+    }
 }

@@ -1,0 +1,129 @@
+//! The head start (`[sandbox] head_start`, per-pod mode) through real containerd: a new pod
+//! shim launches its pod's agent as it starts, before containerd's Create arrives, and the pod
+//! claims it (in a network namespace made at the claim). A pod that would not fit the warm
+//! template (a user namespace) gets no head start, `head_start = false` turns it off, and a pod
+//! whose Create fails leaves no agent behind.
+//!
+//! Skipped (with a message) until rund's binaries are built; `RUND_REQUIRE_BINS=1` makes that
+//! a failure.
+
+use rund_tests::pernode::*;
+use rund_tests::{assert_no_leaks_within, Containerd, ContainerdOpts, LeakSnapshot};
+
+const LAUNCHED: &str = "head start: launching the pod's agent";
+
+fn start(test: &str, config: &str) -> Option<Containerd> {
+    let opts = ContainerdOpts {
+        // A config file, so the helpers' `--runtime-config-path` has one to name.
+        rund_config: Some(format!("# per-pod mode\n{config}")),
+        ..ContainerdOpts::new()
+    };
+    Containerd::start_rund_or_skip(test, opts)
+}
+
+fn log(ctd: &Containerd) -> String {
+    std::fs::read_to_string(&ctd.log).unwrap_or_default()
+}
+
+fn claimed(ctd: &Containerd, id: &str) -> bool {
+    claimed_warm(&log(ctd), id)
+}
+
+/// The pod claims the agent its shim launched ahead, which then serves it in a network
+/// namespace of its own (only `lo`); the shim keeps no other agent.
+#[test]
+fn a_pods_agent_is_launched_ahead_and_claimed() {
+    let Some(ctd) = start("a_pods_agent_is_launched_ahead_and_claimed", "") else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+    run_detached(&ctd, "hs1", &rootfs);
+    let shim = shim_of(task_pid(&ctd, "hs1")).unwrap();
+    assert!(
+        claimed(&ctd, "hs1"),
+        "hs1 claimed its head start:\n{}",
+        log(&ctd)
+    );
+    assert_eq!(
+        children_named(shim, "rund-agent").len(),
+        1,
+        "the claimed agent only"
+    );
+
+    let out = ctd
+        .run_spec(&spec(
+            &ctd,
+            "hs2",
+            &rootfs,
+            &["sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1"],
+        ))
+        .unwrap();
+    assert_eq!((out.code(), out.stdout.trim()), (0, "lo"), "{out:?}");
+    assert!(claimed(&ctd, "hs2"), "{}", log(&ctd));
+    assert_eq!(log(&ctd).matches(LAUNCHED).count(), 2, "{}", log(&ctd));
+
+    remove(&ctd, "hs1");
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
+
+/// A pod rund remaps starts cold: its shim launches nothing ahead.
+#[test]
+fn a_userns_pod_gets_no_head_start() {
+    let Some(ctd) = start(
+        "a_userns_pod_gets_no_head_start",
+        "[userns]\nmode = \"always\"\n",
+    ) else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+    let out = ctd
+        .run_spec(&spec(&ctd, "hu", &rootfs, &["cat", "/proc/self/uid_map"]))
+        .unwrap();
+    assert_eq!(out.code(), 0, "{out:?}");
+    let map: Vec<&str> = out.stdout.split_whitespace().collect();
+    assert!(map.len() == 3 && map[1] != "0", "remapped: {out:?}");
+    let text = log(&ctd);
+    assert!(!text.contains(LAUNCHED) && !claimed(&ctd, "hu"), "{text}");
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
+
+/// `head_start = false`: the pod starts cold.
+#[test]
+fn head_start_false_launches_none() {
+    let Some(ctd) = start(
+        "head_start_false_launches_none",
+        "[sandbox]\nhead_start = false\n",
+    ) else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let out = ctd.run_spec(&spec(&ctd, "hf", &rootfs, &["true"])).unwrap();
+    assert_eq!(out.code(), 0, "{out:?}");
+    let text = log(&ctd);
+    assert!(!text.contains(LAUNCHED) && !claimed(&ctd, "hf"), "{text}");
+}
+
+/// A Create refused before the sandbox starts (an AppArmor profile, which rund does not
+/// support): the agent launched ahead goes with the shim, and nothing is left.
+#[test]
+fn a_failed_create_leaves_no_head_start_agent() {
+    let Some(ctd) = start("a_failed_create_leaves_no_head_start_agent", "") else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+    let mut bad = spec(&ctd, "ha", &rootfs, &["true"]);
+    bad.flags
+        .extend(["--apparmor-profile".to_string(), "rund-test".to_string()]);
+    let out = ctd.run_spec(&bad).unwrap();
+    assert!(!out.success(), "{out:?}");
+    assert!(
+        out.stderr.contains("process.apparmorProfile"),
+        "the refusal names the field: {out:?}"
+    );
+    assert!(log(&ctd).contains(LAUNCHED), "{}", log(&ctd));
+    let _ = ctd.ctr(&["container", "rm", "ha"]);
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
