@@ -107,13 +107,22 @@ struct PodSock {
 /// The unix sockets `pids` hold, each from `/proc/<pid>/net/unix` (its own network namespace:
 /// the agent's may differ from the host's). Other socket kinds (netlink, inet) are left out.
 fn pod_sockets(pids: &[u32]) -> Vec<PodSock> {
+    let host = std::fs::read_to_string("/proc/self/net/unix").unwrap();
     let mut out = Vec::new();
     for &pid in pids {
         let mine = socket_inodes(pid);
-        let table = std::fs::read_to_string(format!("/proc/{pid}/net/unix")).unwrap();
-        for l in table.lines().skip(1) {
+        // A socket is listed in the network namespace it was made in: an agent launched ahead
+        // of its pod (head start, warm) made its sockets in the host's, then joined the pod's.
+        let own = std::fs::read_to_string(format!("/proc/{pid}/net/unix")).unwrap();
+        for l in own.lines().skip(1).chain(host.lines().skip(1)) {
             let f: Vec<&str> = l.split_whitespace().collect();
-            if f.len() >= 7 && mine.iter().any(|i| i == f[6]) {
+            if f.len() < 7 {
+                continue;
+            }
+            let listed = out
+                .iter()
+                .any(|s: &PodSock| s.pid == pid && s.inode == f[6]);
+            if mine.iter().any(|i| i == f[6]) && !listed {
                 out.push(PodSock {
                     pid,
                     inode: f[6].into(),
