@@ -37,6 +37,17 @@ pub struct Template {
     pub trim_after_ms: u64,
 }
 
+impl Template {
+    /// The template a shim's config gives: its agent binary and idle trim.
+    pub fn of(config: &crate::config::RundConfig, debug: bool) -> Template {
+        Template {
+            agent_bin: config.agent_binary(),
+            debug,
+            trim_after_ms: config.idle.trim_after_ms,
+        }
+    }
+}
+
 /// The refill waits this long after the last claim: pods that come in a
 /// burst keep the CPU, and the pool catches up after it.
 const QUIET: Duration = Duration::from_millis(100);

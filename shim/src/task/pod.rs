@@ -210,12 +210,7 @@ pub fn fits_template(spec: &Spec, config: &RundConfig) -> bool {
 /// Launches this per-pod shim's head start (see `sandbox::head_start`), in
 /// the background; call inside the runtime, before the pod's first Create.
 pub fn begin_head_start(svc: &Service) {
-    let config = svc.config();
-    let template = warm::Template {
-        agent_bin: config.agent_binary(),
-        debug: svc.debug,
-        trim_after_ms: config.idle.trim_after_ms,
-    };
+    let template = warm::Template::of(&svc.config(), svc.debug);
     if let Err(second) = svc.head_start.set(HeadStart::launch(template)) {
         second.discard();
     }

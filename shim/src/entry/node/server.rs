@@ -412,14 +412,7 @@ fn warm_pool(config: &RundConfig, debug: bool) -> Option<Arc<WarmPool>> {
     if config.sandbox.warm == 0 {
         return None;
     }
-    let pool = WarmPool::new(
-        config.sandbox.warm,
-        Template {
-            agent_bin: config.agent_binary(),
-            debug,
-            trim_after_ms: config.idle.trim_after_ms,
-        },
-    );
+    let pool = WarmPool::new(config.sandbox.warm, Template::of(config, debug));
     pool.refill();
     tracing::info!(warm = config.sandbox.warm, "warm sandboxes on");
     Some(pool)
