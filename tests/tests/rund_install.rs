@@ -209,3 +209,69 @@ fn install_on_2x_with_a_version_2_config() {
     }
     install_and_run_a_pod("install_on_2x_with_a_version_2_config", Some(2));
 }
+
+/// What ships: `make build` and `make release` link the agent static-pie (the Makefile's
+/// `static_agent`), so a sandbox's start runs no ld.so and searches no library path. A plain
+/// `cargo build` leaves a dynamic agent, which works but is not what ships: this fails on one
+/// under `RUND_REQUIRE_BINS=1` (make test) and skips otherwise.
+#[test]
+fn the_agent_is_static_pie() {
+    let Some(bins) = rund_bins_or_skip("the_agent_is_static_pie") else {
+        return;
+    };
+    let path = bins.path(rund_tests::bins::AGENT_BIN);
+    let elf = std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let kind = ElfKind::of(&elf).unwrap_or_else(|| panic!("{}: not a 64-bit ELF", path.display()));
+    if kind.interp && std::env::var(rund_tests::bins::REQUIRE_ENV).as_deref() != Ok("1") {
+        rund_tests::skip!(
+            "{} is dynamic (a plain cargo build): `make build` links it static-pie",
+            path.display()
+        );
+    }
+    assert!(
+        !kind.interp,
+        "{} names a program interpreter: not static",
+        path.display()
+    );
+    assert!(
+        kind.pie && kind.dynamic,
+        "{} is not position-independent: {kind:?}",
+        path.display()
+    );
+}
+
+/// The ELF facts that tell static-pie apart: no PT_INTERP, ET_DYN with a PT_DYNAMIC (its
+/// own relocations).
+#[derive(Debug)]
+struct ElfKind {
+    interp: bool,
+    dynamic: bool,
+    pie: bool,
+}
+
+impl ElfKind {
+    fn of(b: &[u8]) -> Option<ElfKind> {
+        const PT_DYNAMIC: u32 = 2;
+        const PT_INTERP: u32 = 3;
+        const ET_DYN: u16 = 3;
+        if b.get(..5)? != b"\x7fELF\x02" || b.get(5)? != &1 {
+            return None;
+        }
+        let u16_at = |o: usize| Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?));
+        let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
+        let u64_at = |o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
+        let (phoff, phentsize, phnum) = (
+            usize::try_from(u64_at(32)?).ok()?,
+            usize::from(u16_at(54)?),
+            usize::from(u16_at(56)?),
+        );
+        let types: Vec<u32> = (0..phnum)
+            .map(|i| u32_at(phoff + i * phentsize))
+            .collect::<Option<_>>()?;
+        Some(ElfKind {
+            interp: types.contains(&PT_INTERP),
+            dynamic: types.contains(&PT_DYNAMIC),
+            pie: u16_at(16)? == ET_DYN,
+        })
+    }
+}
