@@ -27,7 +27,8 @@ build: deps
 # shim stays dynamic (it dlopens libibverbs and NVML). The result replaces
 # the dynamic rund-agent that any other cargo build of the agent puts in
 # $(TARGET_DIR)/<profile>; the integration tests install it again first,
-# and `tests/src/bins.rs` refuses a dynamic agent under RUND_REQUIRE_BINS=1.
+# and rund_install::the_agent_is_static_pie (RUND_REQUIRE_BINS=1) and
+# test-linkorder fail on a dynamic one.
 HOST_TRIPLE := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
 STATIC_AGENT_ENV = RUSTFLAGS="-C target-feature=+crt-static" LIBSECCOMP_LINK_TYPE=static \
 	LIBSECCOMP_LIB_PATH="$$(dirname "$$($${CC:-cc} -print-file-name=libseccomp.a)")"
