@@ -119,6 +119,26 @@ pub fn alive(pid: u32) -> bool {
     ppid_and_comm(pid).is_some()
 }
 
+/// `pid`'s state and parent, for a failure message ("Z (zombie)": it ended
+/// and nobody reaped it).
+pub fn describe(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |k: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(k))
+            .map(str::trim)
+            .unwrap_or("?")
+            .to_string()
+    };
+    format!(
+        "pid {pid}: {}, state {}, parent {}",
+        field("Name:"),
+        field("State:"),
+        field("PPid:")
+    )
+}
+
 pub fn gone_within(pid: u32, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
     while alive(pid) && Instant::now() < deadline {

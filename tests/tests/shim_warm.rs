@@ -162,7 +162,8 @@ fn warm_agents_go_with_a_killed_node() {
     for &pid in agents.iter().filter(|&&a| a != own) {
         assert!(
             gone_within(pid, GRACE),
-            "warm agent {pid} outlived its node"
+            "warm agent outlived its node: {}",
+            describe(pid)
         );
     }
     assert!(alive(own), "the pod's agent runs on");

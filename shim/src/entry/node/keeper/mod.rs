@@ -18,7 +18,6 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{kill, SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{fork, ForkResult, Pid};
 
 pub mod adopt;
@@ -114,13 +113,13 @@ pub fn main(
         // The keeper waits nearly all its life: its start-up pages can go.
         rund_sys::trim::trim_self();
         let (up, status) = watch(server, &ours, &news, &signals, &mut kept);
-        let crashed = !matches!(status, WaitStatus::Exited(_, 0));
+        let crashed = status != Ended::Exited(0);
         // The first node shim failing to start is `start`'s error; a later
         // one dying before it serves is a crash like any other.
         if (!up && generation == 0) || !crashed {
             return match status {
-                WaitStatus::Exited(_, code) => code,
-                _ => 1,
+                Ended::Exited(code) => code,
+                Ended::Signaled(_) => 1,
             };
         }
         let now = Instant::now();
@@ -184,10 +183,22 @@ fn watch(
     news: &OwnedFd,
     signals: &SignalFd,
     kept: &mut Kept,
-) -> (bool, WaitStatus) {
+) -> (bool, Ended) {
     let mut up = false;
     let mut open = true;
+    // A child that died while the last node shim was being reaped had its
+    // SIGCHLD read with the shim's: reap before the first wait for a signal.
+    let mut sweep = true;
     loop {
+        if sweep {
+            if let Some(status) = reap(server, news) {
+                // What it sent before it died counts.
+                while open && readable(sock) {
+                    open = take(sock, kept, &mut up);
+                }
+                return (up, status);
+            }
+        }
         let mut fds = vec![PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
         if open {
             fds.push(PollFd::new(sock.as_fd(), PollFlags::POLLIN));
@@ -202,8 +213,8 @@ fn watch(
         if sock_ready {
             open = take(sock, kept, &mut up);
         }
-        let sig_ready = fds[0].revents().is_some_and(|r| !r.is_empty());
-        if !sig_ready {
+        sweep = fds[0].revents().is_some_and(|r| !r.is_empty());
+        if !sweep {
             continue;
         }
         while let Ok(Some(info)) = signals.read_signal() {
@@ -211,28 +222,45 @@ fn watch(
                 let _ = kill(server, Signal::SIGTERM);
             }
         }
-        while let Ok(status) = waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
-            let (pid, code) = match status {
-                WaitStatus::Exited(pid, code) => (pid, code as u32),
-                WaitStatus::Signaled(pid, sig, _) => (pid, 128 + sig as u32),
-                _ => break,
-            };
-            if pid == server {
-                // What it sent before it died counts.
-                while open && readable(sock) {
-                    open = take(sock, kept, &mut up);
-                }
-                return (up, status);
-            }
-            let _ = stash::send(
-                news.as_fd(),
-                &Msg::Reaped {
-                    pid: pid.as_raw(),
-                    status: code,
-                },
-                &[],
-            );
+    }
+}
+
+/// How a node shim ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    Exited(i32),
+    /// Killed by this signal (a real-time one too).
+    Signaled(i32),
+}
+
+/// Reaps dead children, telling the node shim of each agent's status, until
+/// none is left or the node shim itself is among them: then how it ended
+/// (the rest wait for the next sweep, whose news goes to the next node
+/// shim). Raw waitpid: nix cannot decode a death by a real-time signal, and
+/// an undecoded zombie would stop every later sweep.
+fn reap(server: Pid, news: &OwnedFd) -> Option<Ended> {
+    loop {
+        let mut raw = 0;
+        // SAFETY: waitpid only writes the status into our variable.
+        let pid = unsafe { libc::waitpid(-1, &mut raw, libc::WNOHANG) };
+        if pid <= 0 {
+            return None;
         }
+        let ended = if libc::WIFEXITED(raw) {
+            Ended::Exited(libc::WEXITSTATUS(raw))
+        } else if libc::WIFSIGNALED(raw) {
+            Ended::Signaled(libc::WTERMSIG(raw))
+        } else {
+            continue;
+        };
+        if pid == server.as_raw() {
+            return Some(ended);
+        }
+        let status = match ended {
+            Ended::Exited(code) => code as u32 & 0xff,
+            Ended::Signaled(sig) => 128 + sig as u32,
+        };
+        let _ = stash::send(news.as_fd(), &Msg::Reaped { pid, status }, &[]);
     }
 }
 
@@ -289,3 +317,6 @@ fn now_secs() -> String {
     let ns = crate::clock::now_ns();
     format!("{}.{:09}", ns / 1_000_000_000, ns % 1_000_000_000)
 }
+
+#[cfg(test)]
+mod tests;
