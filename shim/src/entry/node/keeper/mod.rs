@@ -227,7 +227,7 @@ fn watch(
 
 /// How a node shim ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
+enum Ended {
     Exited(i32),
     /// Killed by this signal (a real-time one too).
     Signaled(i32),
