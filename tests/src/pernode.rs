@@ -139,6 +139,14 @@ pub fn describe(pid: u32) -> String {
     )
 }
 
+/// Whether `pid` has ended and waits to be reaped.
+pub fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('Z')))
+        .unwrap_or(false)
+}
+
 pub fn gone_within(pid: u32, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
     while alive(pid) && Instant::now() < deadline {

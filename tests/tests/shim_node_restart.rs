@@ -198,6 +198,71 @@ fn an_exit_while_the_node_is_down_is_reported() {
     assert_no_leaks_within(&ctd, &before, GRACE);
 }
 
+/// The node shim and a pod's agent die while the keeper cannot run: one SIGCHLD then stands
+/// for both, and `waitpid` gives the keeper its oldest child, the node shim, first. The keeper
+/// must still reap the agent at once (the node shim after it serves another pod, so no other
+/// exit of the keeper's children comes to help), and the other pod runs on.
+#[test]
+fn an_agent_that_died_beside_the_node_is_reaped() {
+    let Some(ctd) = start("an_agent_that_died_beside_the_node_is_reaped") else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+    run_detached(&ctd, "z1", &rootfs);
+    run_detached(&ctd, "z2", &rootfs);
+    let task = task_pid(&ctd, "z1");
+    let other = task_pid(&ctd, "z2");
+    let node = shim_of(task).unwrap();
+    let (keeper, _) = ppid_and_comm(node).unwrap();
+    let (agent, _) = ppid_and_comm(task).unwrap();
+    let signal = |pid: u32, sig| {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig).unwrap()
+    };
+    signal(keeper, nix::sys::signal::Signal::SIGSTOP);
+    kill9(node);
+    kill9(agent);
+    // Both are the stopped keeper's zombies once the node's last thread is gone.
+    let keepers_zombie =
+        |pid| is_zombie(pid) && ppid_and_comm(pid).is_some_and(|(pp, _)| pp == keeper);
+    let deadline = Instant::now() + GRACE;
+    while !(keepers_zombie(node) && keepers_zombie(agent)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        keepers_zombie(agent),
+        "the agent is the stopped keeper's ({keeper}) zombie: {}; node: {}",
+        describe(agent),
+        describe(node)
+    );
+    signal(keeper, nix::sys::signal::Signal::SIGCONT);
+    assert!(
+        gone_within(agent, GRACE),
+        "the keeper left the agent unreaped: {}",
+        describe(agent)
+    );
+    // z1 ends as after a crash of its own shim: the next node shim cannot adopt a pod whose
+    // agent is gone, and containerd, seeing its connection close, cleans the task up.
+    let deadline = Instant::now() + GRACE;
+    while task_line(&ctd, "z1").contains("RUNNING") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let line = task_line(&ctd, "z1");
+    assert!(!line.contains("RUNNING"), "{line}\n{}", node_log(&ctd));
+    assert!(alive(other), "z2 runs on");
+    assert_eq!(task_pid(&ctd, "z2"), other);
+    remove(&ctd, "z2");
+    if !line.is_empty() {
+        assert!(ctd.ctr(&["task", "rm", "-f", "z1"]).unwrap().success());
+    }
+    assert!(ctd.ctr(&["container", "rm", "z1"]).unwrap().success());
+    assert!(
+        gone_within(keeper, GRACE),
+        "the keeper left with its last pod"
+    );
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
+
 /// Killed, the keeper takes the node shim and every pod with it: containerd cleans up.
 #[test]
 fn a_killed_keeper_ends_every_pod() {
