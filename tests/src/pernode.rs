@@ -230,12 +230,12 @@ pub fn warm_launched(log: &str) -> usize {
 }
 
 /// SIGKILL, by pid.
+pub fn signal(pid: u32, sig: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig).unwrap();
+}
+
 pub fn kill9(pid: u32) {
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    signal(pid, nix::sys::signal::Signal::SIGKILL);
 }
 
 /// The keeper's new node shim (not `old`), within [`GRACE`]. The agents of the dead one are

@@ -165,19 +165,11 @@ fn an_exit_while_the_node_is_down_is_reported() {
     let node = shim_of(task).unwrap();
     let (keeper, _) = ppid_and_comm(node).unwrap();
     // Stop the keeper so no restart races the kill of x1's process.
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(keeper as i32),
-        nix::sys::signal::Signal::SIGSTOP,
-    )
-    .unwrap();
+    signal(keeper, nix::sys::signal::Signal::SIGSTOP);
     kill9(node);
     kill9(task);
     std::thread::sleep(Duration::from_millis(300));
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(keeper as i32),
-        nix::sys::signal::Signal::SIGCONT,
-    )
-    .unwrap();
+    signal(keeper, nix::sys::signal::Signal::SIGCONT);
     let deadline = Instant::now() + GRACE;
     while !task_line(&ctd, "x1").contains("STOPPED") && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
@@ -216,9 +208,6 @@ fn an_agent_that_died_beside_the_node_is_reaped() {
     let node = shim_of(task).unwrap();
     let (keeper, _) = ppid_and_comm(node).unwrap();
     let (agent, _) = ppid_and_comm(task).unwrap();
-    let signal = |pid: u32, sig| {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig).unwrap()
-    };
     signal(keeper, nix::sys::signal::Signal::SIGSTOP);
     kill9(node);
     kill9(agent);

@@ -114,11 +114,7 @@ fn dead_warm_agents_are_skipped_and_replaced() {
     let warm: Vec<u32> = agents.into_iter().filter(|&a| a != own).collect();
     assert_eq!(warm.len(), 2, "two warm agents beside wd's ({own})");
     for &pid in &warm {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .unwrap();
+        kill9(pid);
     }
     let out = ctd
         .run_spec(&spec(&ctd, "wd2", &rootfs, &["echo", "cold"]))
