@@ -193,7 +193,8 @@ fn an_exit_while_the_node_is_down_is_reported() {
 /// The node shim and a pod's agent die while the keeper cannot run: one SIGCHLD then stands
 /// for both, and `waitpid` gives the keeper its oldest child, the node shim, first. The keeper
 /// must still reap the agent at once (the node shim after it serves another pod, so no other
-/// exit of the keeper's children comes to help), and the other pod runs on.
+/// exit of the keeper's children comes to help). The next node shim serves that pod as ended,
+/// its workload killed with its sandbox (137), and the other pod runs on.
 #[test]
 fn an_agent_that_died_beside_the_node_is_reaped() {
     let Some(ctd) = start("an_agent_that_died_beside_the_node_is_reaped") else {
@@ -208,6 +209,7 @@ fn an_agent_that_died_beside_the_node_is_reaped() {
     let node = shim_of(task).unwrap();
     let (keeper, _) = ppid_and_comm(node).unwrap();
     let (agent, _) = ppid_and_comm(task).unwrap();
+    let events = ctd.watch_events().unwrap();
     signal(keeper, nix::sys::signal::Signal::SIGSTOP);
     kill9(node);
     kill9(agent);
@@ -230,20 +232,28 @@ fn an_agent_that_died_beside_the_node_is_reaped() {
         "the keeper left the agent unreaped: {}",
         describe(agent)
     );
-    // z1 ends as after a crash of its own shim: the next node shim cannot adopt a pod whose
-    // agent is gone, and containerd, seeing its connection close, cleans the task up.
-    let deadline = Instant::now() + GRACE;
-    while task_line(&ctd, "z1").contains("RUNNING") && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let line = task_line(&ctd, "z1");
-    assert!(!line.contains("RUNNING"), "{line}\n{}", node_log(&ctd));
+    // The next node shim serves z1 as ended: its workload went with the sandbox's PID 1.
+    let exit = events
+        .wait_for(
+            "z1's exit",
+            |e| e.topic == "/tasks/exit" && e.field("id") == Some("z1"),
+            GRACE,
+        )
+        .unwrap_or_else(|e| panic!("{e}\n{}", node_log(&ctd)));
+    assert_eq!(exit.body["exit_status"], 137, "{exit:?}");
+    ctd.wait_for_status("z1", "STOPPED", GRACE)
+        .unwrap_or_else(|e| panic!("{e}\n{}", node_log(&ctd)));
+    assert!(
+        node_log(&ctd).contains("the pod's agent died meanwhile"),
+        "{}",
+        node_log(&ctd)
+    );
     assert!(alive(other), "z2 runs on");
     assert_eq!(task_pid(&ctd, "z2"), other);
+    let out = ctd.task_delete("z1", false).unwrap().check().unwrap();
+    assert!(out.stderr.contains("exit code 137"), "{out:?}");
+    drop(events);
     remove(&ctd, "z2");
-    if !line.is_empty() {
-        assert!(ctd.ctr(&["task", "rm", "-f", "z1"]).unwrap().success());
-    }
     assert!(ctd.ctr(&["container", "rm", "z1"]).unwrap().success());
     assert!(
         gone_within(keeper, GRACE),

@@ -66,6 +66,26 @@ impl Agent {
         Self::open(pid, ours.into(), fdpass, seq_base).await
     }
 
+    /// An agent that died while no node shim served it: its connection's
+    /// far end is closed, so each request fails as it does when a served
+    /// agent dies. `pid` is only recorded: the keeper reaped it.
+    pub fn gone(pid: i32) -> Result<Agent, SandboxError> {
+        let pair = || {
+            std::os::unix::net::UnixStream::pair()
+                .map_err(|e| SandboxError::Spawn(format!("socketpair: {e}")))
+        };
+        let (conn, fdpass) = (pair()?.0, pair()?.0);
+        let conn_raw = conn.as_raw_fd();
+        let client = rund_proto::conn::client(conn.into())
+            .map_err(|e| SandboxError::Spawn(format!("agent connection: {e}")))?;
+        Ok(Agent {
+            pid,
+            conn_raw,
+            client: AgentClient::new(client),
+            fdpass: Mutex::new((fdpass.into(), 0)),
+        })
+    }
+
     async fn open(
         pid: i32,
         conn: OwnedFd,

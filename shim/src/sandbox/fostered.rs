@@ -31,10 +31,16 @@ impl Fostered {
     /// The status of `pid`, once the keeper has reaped it; 255 if no word
     /// comes in time.
     pub async fn status(&self, pid: i32) -> u32 {
+        self.reaped(pid).await.unwrap_or(255)
+    }
+
+    /// The status of `pid` if the keeper reaps it in time: whether an agent
+    /// that cannot be reached is gone.
+    pub async fn reaped(&self, pid: i32) -> Option<u32> {
         self.status_within(pid, WORD_LIMIT).await
     }
 
-    async fn status_within(&self, pid: i32, limit: Duration) -> u32 {
+    async fn status_within(&self, pid: i32, limit: Duration) -> Option<u32> {
         let wait = async {
             loop {
                 let told = self.told.notified();
@@ -49,7 +55,7 @@ impl Fostered {
                 told.await;
             }
         };
-        tokio::time::timeout(limit, wait).await.unwrap_or(255)
+        tokio::time::timeout(limit, wait).await.ok()
     }
 }
 
@@ -72,9 +78,9 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn no_word_is_255() {
+    async fn no_word_is_none() {
         let f = Fostered::default();
         f.record(8, 0);
-        assert_eq!(f.status_within(9, Duration::from_millis(10)).await, 255);
+        assert_eq!(f.status_within(9, Duration::from_millis(10)).await, None);
     }
 }

@@ -146,6 +146,39 @@ impl Sandbox {
         Self::serve_with(agent, about, userns_info, Some(fostered))
     }
 
+    /// A sandbox whose agent died while no node shim served it: it has
+    /// ended, with the status the keeper reaped (see [`Agent::gone`]).
+    pub fn gone(
+        agent: Agent,
+        about: About,
+        userns_info: Option<UsernsInfo>,
+        status: u32,
+    ) -> Arc<Sandbox> {
+        let exit = Some((status, crate::clock::now_ns()));
+        Arc::new(Self::new(agent, about, userns_info, HashMap::new(), exit))
+    }
+
+    fn new(
+        agent: Agent,
+        about: About,
+        userns_info: Option<UsernsInfo>,
+        ns_ids: HashMap<String, (u64, u64)>,
+        exit: Option<(u32, i64)>,
+    ) -> Sandbox {
+        Sandbox {
+            id: about.id,
+            agent,
+            grace: about.grace,
+            userns: about.userns,
+            userns_info,
+            owns_net: about.owns_net,
+            host_pid: about.host_pid,
+            ns_ids,
+            exit: watch::channel(exit).0,
+            kept: Default::default(),
+        }
+    }
+
     fn serve(
         agent: Agent,
         about: About,
@@ -173,18 +206,7 @@ impl Sandbox {
                 tracing::warn!(sandbox = %about.id, "userns lease adopt: {e}");
             }
         }
-        let sandbox = Arc::new(Sandbox {
-            id: about.id,
-            agent,
-            grace: about.grace,
-            userns: about.userns,
-            userns_info,
-            owns_net: about.owns_net,
-            host_pid: about.host_pid,
-            ns_ids,
-            exit: watch::channel(None).0,
-            kept: Default::default(),
-        });
+        let sandbox = Arc::new(Self::new(agent, about, userns_info, ns_ids, None));
         if let Err(e) = watch_agent(sandbox.clone(), fostered) {
             spawn::kill_and_reap(pid);
             return Err(e);
@@ -280,4 +302,48 @@ fn watch_agent(
             .send_replace(Some((status, crate::clock::now_ns())));
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn about() -> About {
+        About {
+            id: "gone".into(),
+            grace: Duration::from_secs(1),
+            userns: false,
+            owns_net: false,
+            host_pid: false,
+        }
+    }
+
+    /// A gone sandbox has ended, fails its requests at once, and never
+    /// signals its recorded pid: the keeper reaped it, and the number may
+    /// name another process by now (here: a live child of ours).
+    #[tokio::test]
+    async fn a_gone_sandbox_has_ended_and_touches_no_pid() {
+        let mut other = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let pid = other.id() as i32;
+        let sb = Sandbox::gone(Agent::gone(pid).unwrap(), about(), None, 137);
+        assert_eq!(sb.exited().map(|e| e.0), Some(137));
+        assert_eq!(sb.wait_exit().await.0, 137);
+        let listed = tokio::time::timeout(Duration::from_secs(5), sb.agent.list_pids("c")).await;
+        assert!(
+            matches!(listed, Ok(Err(_))),
+            "a request to a gone agent fails"
+        );
+        tokio::time::timeout(Duration::from_secs(5), sb.teardown(Duration::from_secs(1)))
+            .await
+            .expect("teardown of a gone sandbox waits for nothing");
+        assert!(
+            other.try_wait().unwrap().is_none(),
+            "the pid was not signalled"
+        );
+        other.kill().unwrap();
+        other.wait().unwrap();
+    }
 }

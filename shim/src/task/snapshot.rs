@@ -27,6 +27,18 @@ pub type KeepAgent = Box<dyn Fn(&Agent) -> Option<KeepGuard> + Send + Sync>;
 /// The keeper for one process's stdio, by container id and exec id.
 pub type KeepIoOf = Box<dyn Fn(&str, &str) -> crate::io::KeepIo + Send + Sync>;
 
+/// A pod's agent as the next node shim finds it.
+pub enum AdoptedAgent {
+    /// Served on; the keeper holds its sockets again.
+    Live(Agent, KeepGuard),
+    /// It died while no node shim ran, and the keeper reaped it with this
+    /// status: the pod is served as ended, as if its agent had just died.
+    Gone(u32),
+    /// The keeper held none: the last shim had let the agent go (or the
+    /// pod had no sandbox yet).
+    None,
+}
+
 /// How a pod's `Service` reaches its node: where its record goes, and how
 /// its agent's sockets are kept.
 pub struct NodeLink {
@@ -203,7 +215,7 @@ impl Service {
     pub async fn restore(
         self: &Arc<Self>,
         record: &PodRecord,
-        agent: Option<(Agent, KeepGuard)>,
+        agent: AdoptedAgent,
         fostered: Arc<Fostered>,
         mut io: HashMap<(String, String), AdoptedIo>,
     ) -> Result<(), String> {
@@ -213,15 +225,27 @@ impl Service {
             self.set_config_in_force(path.clone());
         }
         let sb = match (&record.sandbox, agent) {
-            (Some(r), Some((agent, kept))) => {
+            (Some(r), AdoptedAgent::Live(agent, kept)) => {
                 let sb = Sandbox::adopt(agent, about(r), self.userns_info(r), fostered)
                     .map_err(|e| e.to_string())?;
                 *sb.kept.lock().unwrap_or_else(|e| e.into_inner()) = Some(kept);
-                *super::pod::lock(&self.sandbox) = super::pod::Slot::Ready(sb.clone());
                 Some(sb)
+            }
+            (Some(r), gone) => {
+                // None kept: the last shim let the agent go, so it is gone
+                // too, with no word of how it ended.
+                let status = match gone {
+                    AdoptedAgent::Gone(status) => status,
+                    _ => 255,
+                };
+                let agent = Agent::gone(r.pid).map_err(|e| e.to_string())?;
+                Some(Sandbox::gone(agent, about(r), self.userns_info(r), status))
             }
             _ => None,
         };
+        if let Some(sb) = &sb {
+            *super::pod::lock(&self.sandbox) = super::pod::Slot::Ready(sb.clone());
+        }
         for r in &record.containers {
             let c = Arc::new(self.restore_container(r, &mut io).await?);
             self.containers.lock().await.insert(c.id.clone(), c.clone());

@@ -20,7 +20,7 @@ use crate::sandbox::fostered::Fostered;
 use crate::sandbox::Agent;
 use crate::task::events::Events;
 use crate::task::exit_signal::ExitSignal;
-use crate::task::snapshot::{self, NodeLink, PodMeta};
+use crate::task::snapshot::{self, AdoptedAgent, NodeLink, PodMeta};
 use crate::task::Service;
 
 /// What the keeper handed over, by key.
@@ -248,18 +248,24 @@ async fn pod(node: &Arc<Node>, socket: &str, fds: PodFds, generation: u64) -> Re
             let fdpass = fds.remove(1);
             drop(fds);
             // Batches number above any the dead shim sent.
-            let agent = Agent::adopt(pid, fdpass, generation << 40)
-                .await
-                .map_err(|e| format!("agent {pid}: {e}"))?;
-            drop(kept);
-            Some(agent)
+            match Agent::adopt(pid, fdpass, generation << 40).await {
+                Ok(a) => {
+                    drop(kept);
+                    let kept = (service.node.get().expect("linked").keep_agent)(&a);
+                    AdoptedAgent::Live(a, kept.unwrap_or_else(|| Box::new(())))
+                }
+                // Unreachable because it died: the keeper's word says so.
+                Err(e) => match node.fostered.reaped(pid).await {
+                    Some(status) => {
+                        tracing::info!(%socket, pid, status, "the pod's agent died meanwhile: {e}");
+                        AdoptedAgent::Gone(status)
+                    }
+                    None => return Err(format!("agent {pid}: {e}")),
+                },
+            }
         }
-        None => None,
+        None => AdoptedAgent::None,
     };
-    let agent = agent.map(|a| {
-        let kept = (service.node.get().expect("linked").keep_agent)(&a);
-        (a, kept.unwrap_or_else(|| Box::new(())))
-    });
     service
         .restore(&record, agent, node.fostered.clone(), fds.io)
         .await?;
