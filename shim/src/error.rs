@@ -117,6 +117,7 @@ fn task_code(e: &TaskError) -> Code {
         | T::NotRunning { .. }
         | T::NoCgroup { .. }
         | T::AlreadyStarted { .. }
+        | T::StartAfterExit { .. }
         | T::StillRunning { .. }
         | T::NoTerminal { .. }
         | T::PodHasContainers { .. }
@@ -235,6 +236,10 @@ mod tests {
             TaskError::NotRunning { id: id.clone() },
             TaskError::NoCgroup { id: id.clone() },
             TaskError::AlreadyStarted {
+                id: id.clone(),
+                exec_id: exec_id.clone(),
+            },
+            TaskError::StartAfterExit {
                 id: id.clone(),
                 exec_id: exec_id.clone(),
             },

@@ -1,7 +1,7 @@
 //! A test hook, not a feature: `RUND_FAILPOINT=<point>[@<id>][,...]` makes
 //! the shim SIGKILL itself when Create of container `<id>` (of any
-//! container, without `@`) reaches `<point>`, as an OOM kill or a node
-//! fault would. The fault tests use it to crash the shim at each phase
+//! container, without `@`) reaches `<point>`, or its Start begins
+//! (`start`), as an OOM kill or a node fault would. The fault tests use it to crash the shim at each phase
 //! without relying on timing. The variable is read once; unset, a point
 //! costs one load and a length check.
 //!

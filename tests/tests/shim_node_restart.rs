@@ -11,7 +11,7 @@ use rund_tests::leaks::shim_processes;
 use rund_tests::pernode::*;
 use rund_tests::{
     assert_no_leaks_within, ContainerSpec, Containerd, ContainerdOpts, LeakSnapshot, PodSpec,
-    BUSYBOX_IMAGE,
+    RunSpec, BUSYBOX_IMAGE,
 };
 
 fn start(test: &str) -> Option<Containerd> {
@@ -259,6 +259,64 @@ fn an_agent_that_died_beside_the_node_is_reaped() {
         gone_within(keeper, GRACE),
         "the keeper left with its last pod"
     );
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
+
+/// The node shim dies serving a request (a failpoint at z1's Start): the next node shim answers
+/// it with UNAVAILABLE instead of leaving containerd waiting on it, and serves the pod on.
+#[test]
+fn a_request_open_when_the_node_shim_dies_is_answered_with_an_error() {
+    let test = "a_request_open_when_the_node_shim_dies_is_answered_with_an_error";
+    let opts = ContainerdOpts {
+        env: vec![("RUND_FAILPOINT".into(), "start@o1".into())],
+        ..ContainerdOpts::new()
+    };
+    let Some(ctd) = Containerd::start_rund_or_skip(test, per_node(opts)) else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+    run_detached(&ctd, "o2", &rootfs);
+    let other = task_pid(&ctd, "o2");
+    let node = shim_of(other).unwrap();
+    let (keeper, _) = ppid_and_comm(node).unwrap();
+    let started = ctd.run_spec(&RunSpec {
+        detach: true,
+        timeout: GRACE,
+        ..spec(&ctd, "o1", &rootfs, &["sleep", "100000"])
+    });
+    let out = match started {
+        Ok(out) => out,
+        Err(e) => panic!("ctr waited on the lost Start: {e}\n{}", node_log(&ctd)),
+    };
+    assert!(!out.success(), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("node shim died while serving this request"),
+        "{out:?}\n{}",
+        node_log(&ctd)
+    );
+    assert!(
+        node_log(&ctd).contains("failpoint start"),
+        "{}",
+        node_log(&ctd)
+    );
+    let new = new_node(keeper, node).expect("a new node shim");
+    assert!(serves(&ctd, 1), "{}", node_log(&ctd));
+    // The pod is served on: o1 was created, never started, and goes (a created task takes
+    // --force, as with runc); o2 runs on.
+    assert_eq!(
+        ctd.task_status("o1").unwrap().as_deref(),
+        Some("CREATED"),
+        "{}",
+        node_log(&ctd)
+    );
+    ctd.task_delete("o1", true).unwrap().check().unwrap();
+    assert!(ctd.ctr(&["container", "rm", "o1"]).unwrap().success());
+    assert_eq!(task_pid(&ctd, "o2"), other, "o2 runs on");
+    remove(&ctd, "o2");
+    assert!(gone_within(new, GRACE), "the node left with its last pod");
+    assert!(gone_within(keeper, GRACE), "and its keeper");
     assert_no_leaks_within(&ctd, &before, GRACE);
 }
 

@@ -72,6 +72,8 @@ pub enum TaskError {
     NoCgroup { id: String },
     #[error("process {id}/{exec_id} already started")]
     AlreadyStarted { id: String, exec_id: String },
+    #[error("process {id}/{exec_id} has exited: a stopped process cannot start")]
+    StartAfterExit { id: String, exec_id: String },
     #[error("process {id}/{exec_id} is still running")]
     StillRunning { id: String, exec_id: String },
     #[error("process {id}/{exec_id} has no terminal")]

@@ -34,10 +34,19 @@ fn process(c: &Container, exec_id: &str) -> Result<Arc<Process>> {
 }
 
 pub async fn start(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<StartResponse> {
+    crate::failpoint::hit("start", id);
     let c = svc.container(id).await?;
     let p = process(&c, exec_id)?;
     if p.started.load(Ordering::SeqCst) {
         return Err(TaskError::AlreadyStarted {
+            id: id.into(),
+            exec_id: exec_id.into(),
+        }
+        .into());
+    }
+    if p.exit().is_some() {
+        // Killed while created.
+        return Err(TaskError::StartAfterExit {
             id: id.into(),
             exec_id: exec_id.into(),
         }
@@ -83,6 +92,9 @@ pub(super) fn spawn_exit_watch(
     p: Arc<Process>,
     sb: Arc<Sandbox>,
 ) {
+    if !p.claim_exit_watch() {
+        return;
+    }
     tokio::spawn(async move {
         let exit = if c.is_pod_sandbox {
             let (status, at_ns) = sb.wait_exit().await;
@@ -136,6 +148,25 @@ pub async fn kill(
         .into());
     }
     let sb = sandbox(svc)?;
+    let unstarted = !p.started.load(Ordering::SeqCst);
+    signal_process(&c, &sb, exec_id, signal, all).await?;
+    if unstarted {
+        // runc's rule: a created process that is killed exits, and its exit
+        // is reported (a forced delete waits for it); if the signal did not
+        // end it, Start finds this watch.
+        spawn_exit_watch(svc.clone(), c, p, sb);
+    }
+    Ok(())
+}
+
+async fn signal_process(
+    c: &Container,
+    sb: &Arc<Sandbox>,
+    exec_id: &str,
+    signal: u32,
+    all: bool,
+) -> Result<()> {
+    let id = c.id.as_str();
     if all && !c.is_pod_sandbox {
         // Every process, by cgroup: walking parent pids would miss daemons
         // reparented away and could hit reused pids.
@@ -161,6 +192,7 @@ pub async fn kill(
         } else {
             sb.grace
         };
+        let sb = sb.clone();
         tokio::spawn(async move { sb.teardown(grace).await });
         return Ok(());
     }

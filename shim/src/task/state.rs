@@ -33,6 +33,8 @@ pub struct Process {
     pub inner_pid: u32,
     pub stdio: Stdio,
     pub started: AtomicBool,
+    /// Its exit is being watched (from Start, or from a Kill before it).
+    exit_watched: AtomicBool,
     exit_tx: watch::Sender<Option<ExitInfo>>,
     pub stdin: Mutex<Option<StdinFeeder>>,
     pub pty: Option<Pty>,
@@ -53,6 +55,7 @@ impl Process {
             inner_pid,
             stdio,
             started: AtomicBool::new(false),
+            exit_watched: AtomicBool::new(false),
             exit_tx: watch::channel(None).0,
             stdin: Mutex::new(stdin),
             pty,
@@ -61,6 +64,11 @@ impl Process {
 
     pub fn pid(&self) -> u32 {
         self.pid.load(Ordering::SeqCst).max(0) as u32
+    }
+
+    /// True for the first caller only: one exit watch per process.
+    pub fn claim_exit_watch(&self) -> bool {
+        !self.exit_watched.swap(true, Ordering::SeqCst)
     }
 
     pub fn exit(&self) -> Option<ExitInfo> {

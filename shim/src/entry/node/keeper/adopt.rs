@@ -5,6 +5,7 @@
 //! `Service` to its record.
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener as StdListener, UnixStream as StdStream};
 use std::path::PathBuf;
@@ -26,24 +27,31 @@ use crate::task::Service;
 /// What the keeper handed over, by key.
 #[derive(Default)]
 pub struct Replay {
-    /// Key, item, fds, and the frames of long polls open on a connection.
-    items: Vec<(u64, Item, Vec<OwnedFd>, Vec<u8>)>,
+    items: Vec<Handed>,
+}
+
+/// One kept item as the keeper hands it over.
+struct Handed {
+    key: u64,
+    item: Item,
+    fds: Vec<OwnedFd>,
+    /// The frames of the long polls open on a connection, to read again.
+    replayed: Vec<u8>,
+    /// The other requests open on it, to answer with an error.
+    unanswered: Vec<u32>,
 }
 
 impl Replay {
     /// The first key this shim may use: above every replayed one.
     pub fn next_key(&self) -> u64 {
-        self.items.iter().map(|(k, ..)| k + 1).max().unwrap_or(1)
+        self.items.iter().map(|h| h.key + 1).max().unwrap_or(1)
     }
 
     /// The control socket, if the keeper holds it.
     pub fn take_control(&mut self, stash: &Arc<Stash>) -> Option<(StdListener, Kept)> {
-        let i = self
-            .items
-            .iter()
-            .position(|(_, it, ..)| *it == Item::Control)?;
-        let (key, _, mut fds, _) = self.items.remove(i);
-        Some((StdListener::from(fds.remove(0)), stash.kept(key)))
+        let i = self.items.iter().position(|h| h.item == Item::Control)?;
+        let mut h = self.items.remove(i);
+        Some((StdListener::from(h.fds.remove(0)), stash.kept(h.key)))
     }
 }
 
@@ -52,9 +60,21 @@ pub fn read_replay(sock: &OwnedFd) -> Result<Replay, String> {
     let mut replay = Replay::default();
     loop {
         match stash::recv(sock.as_fd()).map_err(|e| e.to_string())? {
-            (Msg::Keep { key, item, pending }, fds) if fds.len() == item.fds() => {
-                replay.items.push((key, item, fds, pending.concat()))
-            }
+            (
+                Msg::Keep {
+                    key,
+                    item,
+                    pending,
+                    unanswered,
+                },
+                fds,
+            ) if fds.len() == item.fds() => replay.items.push(Handed {
+                key,
+                item,
+                fds,
+                replayed: pending.concat(),
+                unanswered,
+            }),
             (Msg::Done, _) => return Ok(replay),
             (other, _) => return Err(format!("unexpected in the replay: {other:?}")),
         }
@@ -141,20 +161,40 @@ fn record_path(node: &Node, socket: &str) -> PathBuf {
     node.records.join(format!("{name}.json"))
 }
 
+/// A containerd connection a dead node shim served.
+pub(in crate::entry::node) struct OldConn {
+    stream: StdStream,
+    kept: Kept,
+    replayed: Vec<u8>,
+    unanswered: Vec<u32>,
+}
+
 /// Containerd's connections to a pod: those kept from before, then each one
 /// accepted, kept with the keeper while open. `listener_kept` lives as long
 /// as the listener.
 pub(in crate::entry::node) fn accepts(
     node: &Arc<Node>,
     socket: &str,
-    adopted: Vec<(StdStream, Kept, Vec<u8>)>,
+    adopted: Vec<OldConn>,
     listener: StdListener,
     listener_kept: Kept,
 ) -> std::io::Result<Listener> {
     listener.set_nonblocking(true)?;
     let listener = UnixListener::from_std(listener)?;
     let mut old = Vec::new();
-    for (s, kept, replayed) in adopted {
+    for OldConn {
+        stream: s,
+        kept,
+        replayed,
+        unanswered,
+    } in adopted
+    {
+        // Before anything else is written to it: whole frames, in order.
+        s.set_nonblocking(false)?;
+        for stream in unanswered {
+            tracing::warn!(%socket, stream, "answering a request the dead node shim left open");
+            (&s).write_all(&super::inflight::unanswered(stream))?;
+        }
         s.set_nonblocking(true)?;
         old.push(Ok(KeptStream::new(
             UnixStream::from_std(s)?,
@@ -181,18 +221,26 @@ pub(in crate::entry::node) fn accepts(
 pub(in crate::entry::node) async fn pods(node: &Arc<Node>, replay: Replay) {
     let generation = node.stash.generation;
     let mut by_socket: HashMap<String, PodFds> = HashMap::new();
-    for (key, item, mut fds, replayed) in replay.items {
+    for Handed {
+        key,
+        item,
+        mut fds,
+        replayed,
+        unanswered,
+    } in replay.items
+    {
         let kept = node.stash.kept(key);
         match item {
             Item::Pod { socket } => {
                 by_socket.entry(socket).or_default().listener =
                     Some((StdListener::from(fds.remove(0)), kept))
             }
-            Item::Conn { socket } => by_socket.entry(socket).or_default().conns.push((
-                StdStream::from(fds.remove(0)),
+            Item::Conn { socket } => by_socket.entry(socket).or_default().conns.push(OldConn {
+                stream: StdStream::from(fds.remove(0)),
                 kept,
                 replayed,
-            )),
+                unanswered,
+            }),
             Item::Agent { socket, pid } => {
                 by_socket.entry(socket).or_default().agent = Some((pid, fds, kept))
             }
@@ -225,7 +273,7 @@ pub(in crate::entry::node) async fn pods(node: &Arc<Node>, replay: Replay) {
 #[derive(Default)]
 struct PodFds {
     listener: Option<(StdListener, Kept)>,
-    conns: Vec<(StdStream, Kept, Vec<u8>)>,
+    conns: Vec<OldConn>,
     agent: Option<(i32, Vec<OwnedFd>, Kept)>,
     io: HashMap<(String, String), crate::io::AdoptedIo>,
 }

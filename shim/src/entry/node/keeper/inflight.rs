@@ -4,7 +4,9 @@
 //! frames of these requests go to the keeper as they arrive and are let go
 //! once answered, so the next node shim reads them again first and answers
 //! them under their own stream ids. Other requests in flight at a crash are
-//! not replayed: redoing a Create or a Kill is not safe.
+//! not replayed, since redoing a Create or a Kill is not safe: their stream
+//! ids go to the keeper too, and the next node shim answers each with
+//! UNAVAILABLE ([`unanswered`]) instead of leaving its caller waiting.
 //!
 //! ttrpc frame: a 10-byte header (payload length u32 BE, stream id u32 BE,
 //! type u8, flags u8), then the payload.
@@ -27,6 +29,10 @@ pub enum Seen {
     Request {
         stream: u32,
         frame: Vec<u8>,
+    },
+    /// Any other request.
+    Other {
+        stream: u32,
     },
     Response {
         stream: u32,
@@ -90,9 +96,30 @@ impl Frames {
                 frame.extend_from_slice(&body);
                 Some(Seen::Request { stream, frame })
             }
+            TYPE_REQUEST => Some(Seen::Other { stream }),
             _ => None,
         }
     }
+}
+
+/// The answer to a request a dead node shim read and never answered: its
+/// effect is unknown, so it is not redone.
+pub fn unanswered(stream: u32) -> Vec<u8> {
+    let status = containerd_shim_protos::ttrpc::get_status(
+        containerd_shim_protos::ttrpc::Code::UNAVAILABLE,
+        "rund's node shim died while serving this request and was restarted; \
+         the request may have been carried out in part",
+    );
+    let response = containerd_shim_protos::ttrpc::Response {
+        status: Some(status).into(),
+        ..Default::default()
+    };
+    let payload = response.write_to_bytes().unwrap_or_default();
+    let mut frame = (payload.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&stream.to_be_bytes());
+    frame.extend_from_slice(&[TYPE_RESPONSE, 0]);
+    frame.extend_from_slice(&payload);
+    frame
 }
 
 fn replayed(payload: &[u8]) -> bool {
@@ -123,7 +150,7 @@ mod tests {
     }
 
     #[test]
-    fn waits_are_seen_whole_in_any_chunking_and_others_not() {
+    fn waits_are_seen_whole_in_any_chunking_and_others_by_stream() {
         let wait = frame(3, TYPE_REQUEST, &request("Wait"));
         let state = frame(5, TYPE_REQUEST, &request("State"));
         let answer = frame(3, TYPE_RESPONSE, b"xyz");
@@ -134,6 +161,7 @@ mod tests {
             assert_eq!(
                 seen,
                 vec![
+                    Seen::Other { stream: 5 },
                     Seen::Request {
                         stream: 3,
                         frame: wait.clone()
@@ -152,8 +180,23 @@ mod tests {
             f.feed(&frame(9, TYPE_RESPONSE, b"")),
             vec![Seen::Response { stream: 9 }]
         );
-        assert!(f
-            .feed(&frame(11, TYPE_REQUEST, b"not protobuf \xff"))
-            .is_empty());
+        assert_eq!(
+            f.feed(&frame(11, TYPE_REQUEST, b"not protobuf \xff")),
+            vec![Seen::Other { stream: 11 }]
+        );
+    }
+
+    #[test]
+    fn the_unanswered_are_told_unavailable_under_their_stream() {
+        let mut f = Frames::default();
+        let reply = unanswered(7);
+        assert_eq!(f.feed(&reply), vec![Seen::Response { stream: 7 }]);
+        let r =
+            containerd_shim_protos::ttrpc::Response::parse_from_bytes(&reply[HEADER..]).unwrap();
+        assert_eq!(
+            r.status.code.enum_value(),
+            Ok(containerd_shim_protos::ttrpc::Code::UNAVAILABLE)
+        );
+        assert!(r.status.message.contains("node shim died"), "{r:?}");
     }
 }

@@ -41,8 +41,9 @@ pub struct Handoff {
     pub generation: u64,
 }
 
-/// Fds kept, by key, with the long polls open on a connection by stream id.
-type Kept = BTreeMap<u64, (Item, Vec<OwnedFd>, BTreeMap<u32, Vec<u8>>)>;
+/// Fds kept, by key, with the requests open on a connection by stream id:
+/// a long poll's frame, or none for a request that is not replayed.
+type Kept = BTreeMap<u64, (Item, Vec<OwnedFd>, BTreeMap<u32, Option<Vec<u8>>>)>;
 
 /// Runs the keeper (forked by `start`); its stdout is `start`'s pipe until
 /// the first node shim has it.
@@ -162,12 +163,17 @@ fn seqpacket() -> nix::Result<(OwnedFd, OwnedFd)> {
 
 /// Hands every kept fd to a new node shim, then the end of the replay.
 fn replay(sock: &OwnedFd, kept: &Kept) {
-    for (key, (item, fds, pending)) in kept {
+    for (key, (item, fds, open)) in kept {
         let fds: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
         let msg = Msg::Keep {
             key: *key,
             item: item.clone(),
-            pending: pending.values().cloned().collect(),
+            pending: open.values().flatten().cloned().collect(),
+            unanswered: open
+                .iter()
+                .filter(|(_, frame)| frame.is_none())
+                .map(|(stream, _)| *stream)
+                .collect(),
         };
         if stash::send(sock.as_fd(), &msg, &fds).is_err() {
             return;
@@ -279,13 +285,18 @@ fn take(sock: &OwnedFd, kept: &mut Kept, up: &mut bool) -> bool {
             kept.remove(&key);
         }
         Ok((Msg::Pending { key, stream, frame }, _)) => {
-            if let Some((.., pending)) = kept.get_mut(&key) {
-                pending.insert(stream, frame);
+            if let Some((.., open)) = kept.get_mut(&key) {
+                open.insert(stream, Some(frame));
+            }
+        }
+        Ok((Msg::Open { key, stream }, _)) => {
+            if let Some((.., open)) = kept.get_mut(&key) {
+                open.insert(stream, None);
             }
         }
         Ok((Msg::Answered { key, stream }, _)) => {
-            if let Some((.., pending)) = kept.get_mut(&key) {
-                pending.remove(&stream);
+            if let Some((.., open)) = kept.get_mut(&key) {
+                open.remove(&stream);
             }
         }
         Ok((Msg::Up, _)) => *up = true,

@@ -61,6 +61,9 @@ pub enum Msg {
         item: Item,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         pending: Vec<Vec<u8>>,
+        /// The stream ids of the other requests open on it.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        unanswered: Vec<u32>,
     },
     /// A long poll arrived on the connection kept under `key` ([`super::inflight`]).
     Pending {
@@ -68,6 +71,9 @@ pub enum Msg {
         stream: u32,
         frame: Vec<u8>,
     },
+    /// Another request arrived on it: not replayed, answered with an error
+    /// if this shim dies first.
+    Open { key: u64, stream: u32 },
     /// It has been answered.
     Answered { key: u64, stream: u32 },
     /// Close the fds kept under `key`.
@@ -111,6 +117,7 @@ impl Stash {
             key,
             item,
             pending: Vec::new(),
+            unanswered: Vec::new(),
         };
         if let Err(e) = send(self.sock.as_fd(), &msg, fds) {
             // Only a restart is lost: the pod runs on.
@@ -153,7 +160,7 @@ impl Drop for Kept {
 }
 
 /// A containerd connection whose copy the keeper holds while it is open,
-/// with the long polls open on it.
+/// with the requests open on it.
 pub struct KeptStream {
     stream: UnixStream,
     kept: Kept,
@@ -161,7 +168,8 @@ pub struct KeptStream {
     prefix: Vec<u8>,
     read: Frames,
     written: Frames,
-    pending: HashSet<u32>,
+    /// Requests read and not yet answered, by stream id.
+    open: HashSet<u32>,
 }
 
 impl KeptStream {
@@ -173,24 +181,27 @@ impl KeptStream {
             prefix,
             read: Frames::default(),
             written: Frames::default(),
-            pending: HashSet::new(),
+            open: HashSet::new(),
         }
     }
 
     fn saw_read(&mut self, bytes: &[u8]) {
+        let key = self.kept.key;
         for seen in self.read.feed(bytes) {
-            if let Seen::Request { stream, frame } = seen {
-                self.pending.insert(stream);
-                let key = self.kept.key;
-                self.kept.stash.tell(&Msg::Pending { key, stream, frame });
-            }
+            let (stream, msg) = match seen {
+                Seen::Request { stream, frame } => (stream, Msg::Pending { key, stream, frame }),
+                Seen::Other { stream } => (stream, Msg::Open { key, stream }),
+                Seen::Response { .. } => continue,
+            };
+            self.open.insert(stream);
+            self.kept.stash.tell(&msg);
         }
     }
 
     fn saw_written(&mut self, bytes: &[u8]) {
         for seen in self.written.feed(bytes) {
             if let Seen::Response { stream } = seen {
-                if self.pending.remove(&stream) {
+                if self.open.remove(&stream) {
                     let key = self.kept.key;
                     self.kept.stash.tell(&Msg::Answered { key, stream });
                 }
@@ -274,6 +285,7 @@ mod tests {
                     socket: "/s".into()
                 },
                 pending: vec![],
+                unanswered: vec![],
             }
         );
         assert_eq!(fds.len(), 1);
