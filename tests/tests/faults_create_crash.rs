@@ -14,13 +14,18 @@ const USERNS: &str = "[userns]\nmode = \"always\"\n";
 /// Runs `v-<phase>` with the failpoint armed for it alone, then checks the clean-up and that
 /// `n-<phase>` runs. `image`: an overlay image rootfs (its lowers are idmapped and staged).
 fn crash_at(phase: &str, image: bool) {
-    let test = format!("shim_killed_at_create_{phase}");
+    crash_in(phase, image, "", "");
+}
+
+/// [`crash_at`] with `config` added to rund's (`mode` names the test).
+fn crash_in(phase: &str, image: bool, mode: &str, config: &str) {
+    let test = format!("shim_killed_at_create_{phase}{mode}");
     let victim = format!("v-{phase}");
     let opts = ContainerdOpts {
         env: vec![(FAILPOINT_ENV.into(), format!("create:{phase}@{victim}"))],
         ..ContainerdOpts::new()
     };
-    let Some(env) = FaultEnv::start(&test, opts, "", USERNS) else {
+    let Some(env) = FaultEnv::start(&test, opts, "", &format!("{USERNS}{config}")) else {
         return;
     };
     let image_ref = image.then(|| {
@@ -47,7 +52,9 @@ fn crash_at(phase: &str, image: bool) {
         .run_spec(&spec(&victim, &["sleep", "100000"], true))
         .unwrap();
     assert!(!out.success(), "the shim died: Create must fail: {out:?}");
-    let log = std::fs::read_to_string(&env.ctd.log).unwrap_or_default();
+    // A per-node shim logs to the node's file.
+    let log = std::fs::read_to_string(&env.ctd.log).unwrap_or_default()
+        + &rund_tests::pernode::node_logs_in(&env.state);
     assert!(
         log.contains(&format!("failpoint create:{phase}")),
         "the shim died at {phase}, not elsewhere: {out:?}\n{}",
@@ -107,4 +114,19 @@ fn shim_killed_at_create_agent() {
 #[test]
 fn shim_killed_at_create_placed() {
     crash_at("placed", false);
+}
+
+const PER_NODE: &str = "[shim]\nmode = \"per-node\"\n";
+
+/// Per-node mode: the node shim dies in the first Create of a pod; the keeper starts the next
+/// one, which has no record of that pod and lets it go, and containerd's clean-up must still
+/// leave nothing.
+#[test]
+fn node_shim_killed_at_create_sandbox() {
+    crash_in("sandbox", false, "_per_node", PER_NODE);
+}
+
+#[test]
+fn node_shim_killed_at_create_agent() {
+    crash_in("agent", false, "_per_node", PER_NODE);
 }
