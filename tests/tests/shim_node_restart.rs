@@ -320,6 +320,79 @@ fn a_request_open_when_the_node_shim_dies_is_answered_with_an_error() {
     assert_no_leaks_within(&ctd, &before, GRACE);
 }
 
+/// Whether a pod record of the node says its agent ended with `status`.
+fn recorded_agent_exit(ctd: &Containerd, status: u32) -> bool {
+    let state = ctd.dir.join("rund-state");
+    let want = format!("\"exit\":{status}");
+    std::fs::read_dir(&state)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".pods"))
+        .flat_map(|e| std::fs::read_dir(e.path()).into_iter().flatten().flatten())
+        .any(|r| std::fs::read_to_string(r.path()).is_ok_and(|t| t.contains(&want)))
+}
+
+/// A pod whose agent died while the node shim ran (it reaped it; the task is STOPPED, 137)
+/// is served as ended by the next node shim, from its record: the pid it would reach is gone,
+/// and no keeper's word about it will come.
+#[test]
+fn a_pod_that_ended_before_the_node_shim_died_stays_ended() {
+    let Some(ctd) = start("a_pod_that_ended_before_the_node_shim_died_stays_ended") else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+    run_detached(&ctd, "e1", &rootfs);
+    run_detached(&ctd, "e2", &rootfs);
+    let task = task_pid(&ctd, "e1");
+    let other = task_pid(&ctd, "e2");
+    let node = shim_of(task).unwrap();
+    let (keeper, _) = ppid_and_comm(node).unwrap();
+    let (agent, _) = ppid_and_comm(task).unwrap();
+    kill9(agent);
+    ctd.wait_for_status("e1", "STOPPED", GRACE).unwrap();
+    let deadline = Instant::now() + GRACE;
+    while !recorded_agent_exit(&ctd, 137) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        recorded_agent_exit(&ctd, 137),
+        "the record keeps the agent's end: {:?}",
+        std::fs::read_dir(ctd.dir.join("rund-state"))
+            .unwrap()
+            .flatten()
+            .flat_map(|e| std::fs::read_dir(e.path()).into_iter().flatten().flatten())
+            .map(|r| std::fs::read_to_string(r.path()).unwrap_or_default())
+            .collect::<Vec<_>>()
+    );
+    kill9(node);
+    let new = new_node(keeper, node).expect("a new node shim");
+    assert!(serves(&ctd, 1), "{}", node_log(&ctd));
+    let settled = || {
+        let log = node_log(&ctd);
+        log.contains("pod not adopted") || log.matches("pod adopted").count() >= 2
+    };
+    let deadline = Instant::now() + GRACE;
+    while !settled() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = node_log(&ctd);
+    assert!(
+        !log.contains("pod not adopted") && log.matches("pod adopted").count() == 2,
+        "{log}"
+    );
+    assert_eq!(ctd.task_status("e1").unwrap().as_deref(), Some("STOPPED"));
+    let out = ctd.task_delete("e1", false).unwrap().check().unwrap();
+    assert!(out.stderr.contains("exit code 137"), "{out:?}");
+    assert!(ctd.ctr(&["container", "rm", "e1"]).unwrap().success());
+    assert_eq!(task_pid(&ctd, "e2"), other, "e2 runs on");
+    remove(&ctd, "e2");
+    assert!(gone_within(new, GRACE), "the node left with its last pod");
+    assert!(gone_within(keeper, GRACE), "and its keeper");
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
+
 /// Killed, the keeper takes the node shim and every pod with it: containerd cleans up.
 #[test]
 fn a_killed_keeper_ends_every_pod() {

@@ -80,6 +80,10 @@ pub struct SandboxRecord {
     pub host_root: Option<u32>,
     pub owns_net: bool,
     pub host_pid: bool,
+    /// The agent's exit status once it has ended: the next node shim then
+    /// serves the pod as ended, without reaching for a pid that is gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<u32>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -164,6 +168,7 @@ impl Service {
             host_root: sb.userns_info.as_ref().map(|u| u.host_root),
             owns_net: sb.owns_net,
             host_pid: sb.host_pid,
+            exit: sb.exited().map(|(status, _)| status),
         });
         let containers = self
             .containers
@@ -203,10 +208,24 @@ impl Service {
     }
 
     /// Keeps the new sandbox's agent sockets with the node's keeper.
-    pub(crate) fn keep_agent(&self, sb: &Sandbox) {
+    pub(crate) fn keep_agent(self: &Arc<Self>, sb: &Arc<Sandbox>) {
         if let Some(link) = self.node.get() {
             *sb.kept.lock().unwrap_or_else(|e| e.into_inner()) = (link.keep_agent)(&sb.agent);
+            self.record_end_of(sb);
         }
+    }
+
+    /// Per-node mode: the agent's end goes into the record when it comes
+    /// (its processes' exits may be written before it), so the next node
+    /// shim serves the pod as ended. Not once the pod has let it go.
+    fn record_end_of(self: &Arc<Self>, sb: &Arc<Sandbox>) {
+        let (svc, sb) = (self.clone(), sb.clone());
+        tokio::spawn(async move {
+            sb.wait_exit().await;
+            if svc.sandbox().is_some_and(|s| Arc::ptr_eq(&s, &sb)) {
+                svc.persist().await;
+            }
+        });
     }
 
     /// Serves the pod `record` describes again, on `agent` (already adopted),
@@ -245,6 +264,9 @@ impl Service {
         };
         if let Some(sb) = &sb {
             *super::pod::lock(&self.sandbox) = super::pod::Slot::Ready(sb.clone());
+            if sb.exited().is_none() {
+                self.record_end_of(sb);
+            }
         }
         for r in &record.containers {
             let c = Arc::new(self.restore_container(r, &mut io).await?);
@@ -368,6 +390,7 @@ mod tests {
                 host_root: None,
                 owns_net: true,
                 host_pid: false,
+                exit: Some(137),
             }),
             containers: vec![ContainerRecord {
                 id: "c".into(),
@@ -393,7 +416,8 @@ mod tests {
         write_record(&path, &rec).unwrap();
         let back = read_record(&path).unwrap();
         assert_eq!(back.pod, rec.pod);
-        assert_eq!(back.sandbox.unwrap().pid, 42);
+        let sb = back.sandbox.unwrap();
+        assert_eq!((sb.pid, sb.exit), (42, Some(137)));
         let p = back.containers[0].init.restore(None);
         assert_eq!((p.pid(), p.inner_pid), (43, 2));
         assert!(p.started.load(Ordering::SeqCst));

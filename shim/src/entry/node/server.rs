@@ -292,6 +292,9 @@ async fn handle(node: Arc<Node>, stream: UnixStream) {
     let mut reader = BufReader::new(read.take(wire::MAX_LINE as u64));
     let read = tokio::time::timeout(REQUEST_LIMIT, reader.read_line(&mut line)).await;
     let reply = match read {
+        // A check that the node listens (`start`'s, once it forked the
+        // node): nothing to answer.
+        Ok(Ok(0)) => return tracing::debug!("control connection closed unused"),
         Ok(Ok(_)) => match PodRequest::parse(&line) {
             Ok(req) => admit(&node, req).await.map(|()| wire::OK.to_string()),
             Err(e) => Err(e),

@@ -291,8 +291,11 @@ async fn pod(node: &Arc<Node>, socket: &str, fds: PodFds, generation: u64) -> Re
     let service = Arc::new(Service::new(config, events, exit.clone(), record.pod.debug));
     link(node, &service, record.pod.clone());
     node.share(&service, record.pod.debug);
-    let agent = match fds.agent {
-        Some((pid, mut fds, kept)) => {
+    let ended = record.sandbox.as_ref().and_then(|r| r.exit);
+    let agent = match (fds.agent, ended) {
+        // The last shim saw the agent end: nothing to reach.
+        (_, Some(status)) => AdoptedAgent::Gone(status),
+        (Some((pid, mut fds, kept)), None) => {
             let fdpass = fds.remove(1);
             drop(fds);
             // Batches number above any the dead shim sent.
@@ -312,7 +315,7 @@ async fn pod(node: &Arc<Node>, socket: &str, fds: PodFds, generation: u64) -> Re
                 },
             }
         }
-        None => AdoptedAgent::None,
+        (None, None) => AdoptedAgent::None,
     };
     service
         .restore(&record, agent, node.fostered.clone(), fds.io)
