@@ -190,6 +190,29 @@ fn an_exit_while_the_node_is_down_is_reported() {
     assert_no_leaks_within(&ctd, &before, GRACE);
 }
 
+/// Two pods on one node shim: the pids of `b`'s task, of the node shim, of its keeper and of
+/// `a`'s agent.
+struct TwoPods {
+    other: u32,
+    node: u32,
+    keeper: u32,
+    agent: u32,
+}
+
+fn two_pods(ctd: &Containerd, a: &str, b: &str) -> TwoPods {
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    run_detached(ctd, a, &rootfs);
+    run_detached(ctd, b, &rootfs);
+    let task = task_pid(ctd, a);
+    let node = shim_of(task).unwrap();
+    TwoPods {
+        other: task_pid(ctd, b),
+        node,
+        keeper: ppid_and_comm(node).unwrap().0,
+        agent: ppid_and_comm(task).unwrap().0,
+    }
+}
+
 /// The node shim and a pod's agent die while the keeper cannot run: one SIGCHLD then stands
 /// for both, and `waitpid` gives the keeper its oldest child, the node shim, first. The keeper
 /// must still reap the agent at once (the node shim after it serves another pod, so no other
@@ -200,15 +223,13 @@ fn an_agent_that_died_beside_the_node_is_reaped() {
     let Some(ctd) = start("an_agent_that_died_beside_the_node_is_reaped") else {
         return;
     };
-    let rootfs = ctd.busybox_rootfs().unwrap();
     let before = LeakSnapshot::take(&ctd);
-    run_detached(&ctd, "z1", &rootfs);
-    run_detached(&ctd, "z2", &rootfs);
-    let task = task_pid(&ctd, "z1");
-    let other = task_pid(&ctd, "z2");
-    let node = shim_of(task).unwrap();
-    let (keeper, _) = ppid_and_comm(node).unwrap();
-    let (agent, _) = ppid_and_comm(task).unwrap();
+    let TwoPods {
+        other,
+        node,
+        keeper,
+        agent,
+    } = two_pods(&ctd, "z1", "z2");
     let events = ctd.watch_events().unwrap();
     signal(keeper, nix::sys::signal::Signal::SIGSTOP);
     kill9(node);
@@ -341,15 +362,13 @@ fn a_pod_that_ended_before_the_node_shim_died_stays_ended() {
     let Some(ctd) = start("a_pod_that_ended_before_the_node_shim_died_stays_ended") else {
         return;
     };
-    let rootfs = ctd.busybox_rootfs().unwrap();
     let before = LeakSnapshot::take(&ctd);
-    run_detached(&ctd, "e1", &rootfs);
-    run_detached(&ctd, "e2", &rootfs);
-    let task = task_pid(&ctd, "e1");
-    let other = task_pid(&ctd, "e2");
-    let node = shim_of(task).unwrap();
-    let (keeper, _) = ppid_and_comm(node).unwrap();
-    let (agent, _) = ppid_and_comm(task).unwrap();
+    let TwoPods {
+        other,
+        node,
+        keeper,
+        agent,
+    } = two_pods(&ctd, "e1", "e2");
     kill9(agent);
     ctd.wait_for_status("e1", "STOPPED", GRACE).unwrap();
     let deadline = Instant::now() + GRACE;
