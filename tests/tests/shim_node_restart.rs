@@ -322,8 +322,14 @@ fn a_request_open_when_the_node_shim_dies_is_answered_with_an_error() {
         "{}",
         node_log(&ctd)
     );
-    let new = new_node(keeper, node).expect("a new node shim");
+    let first = new_node(keeper, node).expect("a new node shim");
     assert!(serves(&ctd, 1), "{}", node_log(&ctd));
+    // Answered once: the node shim after the next crash does not answer it again.
+    kill9(first);
+    let new = new_node(keeper, first).expect("a third node shim");
+    assert!(serves(&ctd, 2), "{}", node_log(&ctd));
+    let answers = node_log(&ctd).matches("answering a request").count();
+    assert_eq!(answers, 1, "{}", node_log(&ctd));
     // The pod is served on: o1 was created, never started, and goes (a created task takes
     // --force, as with runc); o2 runs on.
     assert_eq!(

@@ -194,6 +194,7 @@ pub(in crate::entry::node) fn accepts(
         for stream in unanswered {
             tracing::warn!(%socket, stream, "answering a request the dead node shim left open");
             (&s).write_all(&super::inflight::unanswered(stream))?;
+            kept.answered(stream);
         }
         s.set_nonblocking(true)?;
         old.push(Ok(KeptStream::new(

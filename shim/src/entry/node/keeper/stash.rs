@@ -149,6 +149,17 @@ pub struct Kept {
     key: u64,
 }
 
+impl Kept {
+    /// A request open on this connection was answered outside its stream
+    /// (an error written by the next node shim): the keeper lets it go.
+    pub fn answered(&self, stream: u32) {
+        self.stash.tell(&Msg::Answered {
+            key: self.key,
+            stream,
+        });
+    }
+}
+
 impl Drop for Kept {
     fn drop(&mut self) {
         let _ = send(
