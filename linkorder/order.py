@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""`order.py BINARY FIRST_PAGES ALL_PAGES [BINARY FIRST_PAGES ALL_PAGES ...]`:
-the functions of BINARY's .text that lie on a touched page, for lld's
---symbol-ordering-file. Those on FIRST_PAGES (what an idle shim runs when
-polled) come first, then the rest of ALL_PAGES, each group in the first
+"""`order.py BINARY POLLED START ALL [BINARY POLLED START ALL ...]`: the
+functions of BINARY's .text that lie on a touched page, for lld's
+--symbol-ordering-file. Those on POLLED pages (what an idle shim runs when
+polled) come first, then those on START pages (a pod's start: what a pod
+holds until its first trim), then the rest of ALL, each group in the first
 binary's own order. Given the same program in other layouts (an unordered
 link), a function counts only if it lies on a touched page in every layout:
 a page holds many functions, and those that merely share one with run code
@@ -44,28 +45,27 @@ def pages(path):
         return {int(x) for x in f if x.strip()}
 
 
-def touched(binary, first, every):
-    """The names on `first` pages, and those on any touched page."""
-    hot, warm = set(), set()
+def touched(binary, *tiers):
+    """For each tier of pages, the names on a page of it."""
+    names = tuple(set() for _ in tiers)
     for name, span in functions(binary):
-        if any(p in first for p in span):
-            hot.add(name)
-        if any(p in every or p in first for p in span):
-            warm.add(name)
-    return hot, warm
+        for pages_of, found in zip(tiers, names):
+            if any(p in pages_of for p in span):
+                found.add(name)
+    return names
 
 
 def main():
     args = sys.argv[1:]
-    if not args or len(args) % 3:
+    if not args or len(args) % 4:
         sys.exit(__doc__)
-    layouts = [(args[i], pages(args[i + 1]), pages(args[i + 2])) for i in range(0, len(args), 3)]
+    layouts = [(args[i], *(pages(p) for p in args[i + 1:i + 4])) for i in range(0, len(args), 4)]
     sets = [touched(*layout) for layout in layouts]
-    hot = set.intersection(*(h for h, _ in sets))
-    warm = set.intersection(*(w for _, w in sets))
+    # A name counts in a tier only if it is there in every layout.
+    polled, start, every = (set.intersection(*(s[t] for s in sets)) for t in range(3))
     fns = [name for name, _ in functions(layouts[0][0])]
     seen = set()
-    for group in (hot, warm | hot):
+    for group in (polled, start, every | start | polled):
         for name in fns:
             if name not in seen and name in group:
                 seen.add(name)

@@ -6,8 +6,9 @@
 # readahead off, so each page read is a page touched. Pods: start, idle trim,
 # polls (State, Metrics, Pids), exec, kill, delete, `ctr run --rm`. Polled
 # functions go first (an idle shim maps them back when containerd or the
-# kubelet asks), then the rest. lld packs them at the start of .text, so the
-# kernel's 64 kB fault-around maps hot code instead of its neighbours.
+# kubelet asks), then the rest of a pod's start (a pod not yet trimmed holds
+# them), then the rest. lld packs them at the start of .text, so the kernel's
+# 64 kB fault-around maps hot code instead of its neighbours.
 # Stale entries only cost locality: lld skips names it does not find.
 #
 # `profile.sh BIN_DIR [BIN_DIR ...]`: the same binaries in other layouts
@@ -77,7 +78,7 @@ for LAYOUT in "${!BIN_DIRS[@]}"; do
     for round in 1 2; do
         $CTR run -d "${run[@]}" "p$LAYOUT$round" /bin/sleep 100000
         sleep 2 # past the idle trim: the shim and agent unmap what they ran
-        snapshot all
+        snapshot start
         evict
         for _ in 1 2; do
             $CTR task ls >/dev/null
@@ -95,11 +96,11 @@ done
 for b in $BINS; do
     args=()
     for i in "${!BIN_DIRS[@]}"; do
-        cat "$WORK/$i.$b.all" "$WORK/$i.$b.polled" > "$WORK/$i.$b.every"
-        args+=("${BIN_DIRS[$i]}/$b" "$WORK/$i.$b.polled" "$WORK/$i.$b.every")
+        cat "$WORK/$i.$b.start" "$WORK/$i.$b.all" "$WORK/$i.$b.polled" > "$WORK/$i.$b.every"
+        args+=("${BIN_DIRS[$i]}/$b" "$WORK/$i.$b.polled" "$WORK/$i.$b.start" "$WORK/$i.$b.every")
     done
     python3 order.py "${args[@]}" > "$b.order"
-    echo "$b: $(sort -u "$WORK/0.$b.polled" | wc -l) pages polled, $(sort -u "$WORK/0.$b.every" | wc -l) in all (first layout); ${#BIN_DIRS[@]} layouts; $(wc -l < "$b.order") functions"
+    echo "$b: $(sort -u "$WORK/0.$b.polled" | wc -l) pages polled, $(sort -u "$WORK/0.$b.start" | wc -l) at start, $(sort -u "$WORK/0.$b.every" | wc -l) in all (first layout); ${#BIN_DIRS[@]} layouts; $(wc -l < "$b.order") functions"
 done
 # check.py holds missing names against the order only under this toolchain.
 rustc --version > toolchain

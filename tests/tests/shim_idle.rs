@@ -159,3 +159,40 @@ async fn trim_after_0_never_unmaps() {
     );
     stop(d).await;
 }
+
+/// The blocking pool's threads that a pod's start ran on, by their name.
+fn blocking_threads(pid: u32) -> usize {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with("tokio-"))
+        })
+        .count()
+}
+
+/// A thread that exits runs code (its own and the runtime's teardown): if the blocking pool's
+/// threads outlived the trim, their exit would map about half a MiB back into an idle shim
+/// until its next request. They exit first, and an exit pushes a trim back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_thread_exit_maps_code_back_after_the_trim() {
+    let Some(bins) = setup("no_thread_exit_maps_code_back_after_the_trim") else {
+        return;
+    };
+    let (d, _agent, shim_kb, _) = started(&bins, 200, POLLS_MS).await;
+    let shim = d.shim.pid;
+    let trimmed = mapped_kb_once(shim, Duration::from_secs(20), |now| now * 2 <= shim_kb).await;
+    assert!(trimmed * 2 <= shim_kb, "no trim: {shim_kb} -> {trimmed} kB");
+    // Idle from here on: nothing that runs may map the shim's code back.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let later = mapped_kb(shim);
+    eprintln!("after Start {shim_kb} kB, trimmed {trimmed} kB, 1.5 s later {later} kB");
+    assert_eq!(blocking_threads(shim), 0, "the blocking pool kept threads");
+    assert!(
+        later <= trimmed + 64,
+        "code came back into the idle shim: {trimmed} -> {later} kB"
+    );
+    stop(d).await;
+}

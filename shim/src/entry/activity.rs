@@ -39,7 +39,7 @@ struct Active {
 impl MethodHandler for Active {
     async fn handler(&self, ctx: TtrpcContext, req: Request) -> Result<Response> {
         tracing::debug!(method = %self.name, "request");
-        // A request may outlast the delay: no trim in its middle.
+        // Its start pushes back a trim counting down; its end counts in full.
         rund_sys::trim::touch();
         let r = self.inner.handler(ctx, req).await;
         tracing::debug!(method = %self.name, ok = r.is_ok(), "answered");

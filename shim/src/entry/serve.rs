@@ -28,13 +28,20 @@ pub static HEAD_START: AtomicBool = AtomicBool::new(false);
 /// How long an exiting shim waits for containerd to take its last events.
 const FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// How long an idle thread of the blocking pool waits for more work. Well
+/// under the idle trim's delay (`[idle] trim_after_ms`), so the threads a
+/// request used have exited, running their exit code, before the trim
+/// unmaps what ran; an exit still pushes back a trim counting down.
+pub const BLOCKING_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// A pod's shim is idle nearly all its life: one thread serves it, and the
 /// blocking pool (filesystem, cgroup and fork work) lets its threads go soon.
 pub fn run(flags: Flags) -> Result<(), EntryError> {
     rund_sys::trim::lean_malloc(128 << 10);
     let rt = tokio::runtime::Builder::new_current_thread()
         .max_blocking_threads(16)
-        .thread_keep_alive(std::time::Duration::from_millis(500))
+        .thread_keep_alive(BLOCKING_KEEP_ALIVE)
+        .on_thread_stop(rund_sys::trim::touch)
         .on_thread_park(rund_sys::trim::stack::parking)
         .on_thread_unpark(rund_sys::trim::stack::unparked)
         .enable_all()

@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::thread::Thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::Quiet;
 
@@ -147,10 +147,11 @@ fn run(t: &Trimmer) -> ! {
             super::raw::futex_wait(&t.wakes, seen);
             continue;
         };
-        let from = Instant::now();
-        // Unparks by later activity end this wait early: sleep it out, to
-        // the delay it has by then (an activity after polls shortens it).
-        while let Some(left) = (from + after).checked_duration_since(Instant::now()) {
+        // Until the delay has passed since the latest activity: a later
+        // one moves the end (so a poll right after a Start does not make
+        // the trim wait the delay twice), and an activity after polls
+        // shortens the delay.
+        while let Some(left) = remaining(after, t.quiet.since_last()) {
             std::thread::park_timeout(left);
             after = delay(t).unwrap_or(after);
         }
@@ -161,6 +162,12 @@ fn run(t: &Trimmer) -> ! {
             t.trimmed.store(ticket, Ordering::SeqCst);
         }
     }
+}
+
+/// What is left of `after` once it has been quiet for `quiet_for`; `None`:
+/// time to trim.
+fn remaining(after: Duration, quiet_for: Duration) -> Option<Duration> {
+    after.checked_sub(quiet_for).filter(|left| !left.is_zero())
 }
 
 /// [`activity`]'s delay if one came since the last trim, else the polls'
@@ -180,6 +187,27 @@ fn delay(t: &Trimmer) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
+
+    #[test]
+    fn the_delay_counts_from_the_latest_activity() {
+        let ms = Duration::from_millis;
+        // A poll 240 ms into a 250 ms delay leaves 250 ms from the poll,
+        // not another whole delay after the first one ran out.
+        assert_eq!(remaining(ms(250), ms(10)), Some(ms(240)));
+        assert_eq!(remaining(ms(250), ms(250)), None);
+        assert_eq!(remaining(ms(250), ms(900)), None);
+        let q = Quiet::default();
+        q.activity();
+        std::thread::sleep(ms(30));
+        let quiet_for = q.since_last();
+        assert!(quiet_for >= ms(30), "{quiet_for:?}");
+        q.activity();
+        assert!(
+            q.since_last() < quiet_for,
+            "activity did not reset the quiet"
+        );
+    }
 
     /// The tests share the process's one trimmer.
     static SERIAL: Mutex<()> = Mutex::new(());

@@ -23,28 +23,50 @@ use smaps::clean;
 pub use smaps::{trimmable, Mapping};
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// Trims once activity has stopped: each burst of activity takes a
-/// ticket, and a trim scheduled with a ticket runs only if no later
-/// activity took another.
+/// ticket and notes its time, and a trim scheduled with a ticket runs only
+/// if no later activity took another.
 #[derive(Debug, Default)]
-pub struct Quiet(AtomicU64);
+pub struct Quiet {
+    ticket: AtomicU64,
+    /// When the latest activity came, as nanoseconds since [`epoch`].
+    at_ns: AtomicU64,
+}
+
+/// The monotonic origin of [`Quiet`]'s times.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn now_ns() -> u64 {
+    u64::try_from(epoch().elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
 
 impl Quiet {
     /// Records activity; returns its ticket.
     pub fn activity(&self) -> u64 {
-        self.0.fetch_add(1, Ordering::SeqCst) + 1
+        // The time first: whoever sees the new ticket sees its time.
+        self.at_ns.fetch_max(now_ns(), Ordering::SeqCst);
+        self.ticket.fetch_add(1, Ordering::SeqCst) + 1
     }
 
     /// Nothing happened since the activity that took `ticket`.
     pub fn still(&self, ticket: u64) -> bool {
-        self.0.load(Ordering::SeqCst) == ticket
+        self.ticket.load(Ordering::SeqCst) == ticket
     }
 
     /// The latest activity's ticket (0: none yet).
     pub fn current(&self) -> u64 {
-        self.0.load(Ordering::SeqCst)
+        self.ticket.load(Ordering::SeqCst)
+    }
+
+    /// How long ago the latest activity came.
+    pub fn since_last(&self) -> Duration {
+        Duration::from_nanos(now_ns().saturating_sub(self.at_ns.load(Ordering::SeqCst)))
     }
 }
 
