@@ -25,6 +25,15 @@ const TASK_V3: &str = "containerd.task.v3.Task";
 /// template: the server launches the pod's agent as it starts
 /// (`sandbox::head_start`).
 pub static HEAD_START: AtomicBool = AtomicBool::new(false);
+/// The config `start` read before it forked this server, from the same file
+/// the server would read (`config::ENV_PATH`, else the default path).
+static FORKED_CONFIG: std::sync::Mutex<Option<RundConfig>> = std::sync::Mutex::new(None);
+
+/// Called in the forked server, before [`run`]: `start`'s parsed config.
+pub fn hand_config(config: Option<RundConfig>) {
+    *FORKED_CONFIG.lock().unwrap_or_else(|e| e.into_inner()) = config;
+}
+
 /// How long an exiting shim waits for containerd to take its last events.
 const FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -62,7 +71,14 @@ async fn serve(flags: Flags) -> Result<(), EntryError> {
     }
     crate::logging::init(std::path::Path::new("log"), flags.debug);
     ignore_sigpipe();
-    let config = RundConfig::load(None)?;
+    let config = match FORKED_CONFIG
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+    {
+        Some(config) => config,
+        None => RundConfig::load(None)?,
+    };
     let exit = Arc::new(ExitSignal::default());
     let service = Arc::new(Service::new(
         config,
@@ -70,6 +86,10 @@ async fn serve(flags: Flags) -> Result<(), EntryError> {
         exit.clone(),
         flags.debug,
     ));
+    if let Some(path) = std::env::var_os(crate::config::ENV_PATH) {
+        // Create's runtime options name the same file: not read a third time.
+        service.set_config_in_force(path.into());
+    }
     // The launch runs on a blocking thread while this one binds the socket.
     if HEAD_START.load(Ordering::Relaxed) {
         crate::task::begin_head_start(&service);

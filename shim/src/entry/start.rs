@@ -57,6 +57,7 @@ pub fn run(flags: &Flags) -> Result<(), EntryError> {
                 started_as: reply.name(),
                 config_path,
                 head_start,
+                config: config.ok(),
             };
             start_pod_server(flags, &address, server)?;
         }
@@ -75,6 +76,8 @@ struct Server {
     config_path: Option<String>,
     /// Launch the pod's agent at once ([`super::serve::HEAD_START`]).
     head_start: bool,
+    /// The config `start` read: the forked server need not read it again.
+    config: Option<RundConfig>,
 }
 
 /// Forks this pod's own server and waits until it listens.
@@ -93,6 +96,7 @@ fn start_pod_server(flags: &Flags, address: &str, told: Server) -> Result<(), En
             }
         }
         super::serve::HEAD_START.store(told.head_start, std::sync::atomic::Ordering::Relaxed);
+        super::serve::hand_config(told.config);
         super::main_server(server)
     })?;
     await_listening(child, out, address.trim_start_matches("unix://"))

@@ -71,8 +71,11 @@ pub fn claim<'a>(slot: &'a Mutex<Slot>, id: &str) -> Result<Claim<'a>> {
 pub fn claim_first<'a>(svc: &'a Service, req: &CreateTaskRequest) -> Result<Claim<'a>> {
     let claim = claim(&svc.sandbox, &req.id)?;
     if let Some(path) = super::options::config_path(req.options.as_ref())? {
-        svc.use_config(crate::config::RundConfig::load(Some(Path::new(&path)))?);
-        svc.set_config_in_force(path.into());
+        // The shim's server read that file as it started (`start` gave it the path).
+        if svc.config_in_force().as_deref() != Some(Path::new(&path)) {
+            svc.use_config(crate::config::RundConfig::load(Some(Path::new(&path)))?);
+            svc.set_config_in_force(path.into());
+        }
     }
     Ok(claim)
 }

@@ -338,6 +338,9 @@ async fn admit_new(node: &Arc<Node>, req: &PodRequest) -> Result<(), String> {
     let exit = Arc::new(ExitSignal::default());
     let events = Events::new(node.publisher.clone(), req.namespace.clone());
     let service = Arc::new(Service::new(config, events, exit.clone(), req.debug));
+    if let Some(path) = &req.config_path {
+        service.set_config_in_force(path.into());
+    }
     node.share(&service, req.debug);
     let (path, listener) = serve::bind_pod(&req.socket).map_err(|e| e.to_string())?;
     let meta = PodMeta {
