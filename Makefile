@@ -55,7 +55,7 @@ lint:
 	$(CARGO) fmt --all -- --check
 	rustfmt --edition 2021 --check fuzz/src/lib.rs fuzz/fuzz_targets/*.rs
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CARGO) clippy -p rund-benches --all-targets --features spec-bench,devices-bench -- -D warnings
+	$(CARGO) clippy -p rund-benches --all-targets --features spec-bench,devices-bench,keeper-bench -- -D warnings
 
 # RUND_REQUIRE_ALL=1: a test that would skip fails unless tests/skips/host.txt allows it.
 test-unit:
@@ -159,9 +159,10 @@ link-order: release
 	$(CARGO) build --release -p rund-shim
 	$(call static_agent,release,)
 
-# criterion micro-benches (cgroup claim vs mkdir, spec processing, device scan).
+# criterion micro-benches (cgroup claim vs mkdir, spec processing, device scan,
+# the per-node keeper's datagrams per request).
 bench-micro: deps
-	$(CARGO) bench -p rund-benches --features spec-bench,devices-bench
+	$(CARGO) bench -p rund-benches --features spec-bench,devices-bench,keeper-bench
 
 # cargo fuzz on the parsers of untrusted input (fuzz/README.md), each target
 # for FUZZ_SECONDS on the committed corpus; not part of `make test`. New
