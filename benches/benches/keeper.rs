@@ -16,16 +16,10 @@ mod real {
     use containerd_shim_protos::protobuf::Message;
     use criterion::Criterion;
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
-    use rund_shim::entry::node::keeper::inflight::{Frames, Seen};
+    use rund_shim::entry::node::keeper::inflight::{
+        frame, Frames, Seen, TYPE_REQUEST, TYPE_RESPONSE,
+    };
     use rund_shim::entry::node::keeper::stash::{self, Msg};
-
-    fn frame(stream: u32, ty: u8, payload: &[u8]) -> Vec<u8> {
-        let mut f = (payload.len() as u32).to_be_bytes().to_vec();
-        f.extend_from_slice(&stream.to_be_bytes());
-        f.extend_from_slice(&[ty, 0]);
-        f.extend_from_slice(payload);
-        f
-    }
 
     /// A State request for container `web-0123456789`, as containerd frames it.
     fn state_request(stream: u32) -> Vec<u8> {
@@ -38,12 +32,12 @@ mod real {
             timeout_nano: 2_000_000_000,
             ..Default::default()
         };
-        frame(stream, 1, &r.write_to_bytes().expect("encode"))
+        frame(stream, TYPE_REQUEST, &r.write_to_bytes().expect("encode"))
     }
 
     /// A State answer of the usual size.
     fn state_response(stream: u32) -> Vec<u8> {
-        frame(stream, 2, &[7u8; 160])
+        frame(stream, TYPE_RESPONSE, &[7u8; 160])
     }
 
     pub fn benches(c: &mut Criterion) {

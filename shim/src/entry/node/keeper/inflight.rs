@@ -17,8 +17,8 @@ use containerd_shim_protos::protobuf::Message;
 pub const REPLAYED: [&str; 2] = ["Wait", "WaitSandbox"];
 
 const HEADER: usize = 10;
-const TYPE_REQUEST: u8 = 1;
-const TYPE_RESPONSE: u8 = 2;
+pub const TYPE_REQUEST: u8 = 1;
+pub const TYPE_RESPONSE: u8 = 2;
 /// A Wait request is about a hundred bytes; bigger ones are not kept.
 const MAX_KEPT: usize = 64 << 10;
 
@@ -114,12 +114,20 @@ pub fn unanswered(stream: u32) -> Vec<u8> {
         status: Some(status).into(),
         ..Default::default()
     };
-    let payload = response.write_to_bytes().unwrap_or_default();
-    let mut frame = (payload.len() as u32).to_be_bytes().to_vec();
-    frame.extend_from_slice(&stream.to_be_bytes());
-    frame.extend_from_slice(&[TYPE_RESPONSE, 0]);
-    frame.extend_from_slice(&payload);
-    frame
+    frame(
+        stream,
+        TYPE_RESPONSE,
+        &response.write_to_bytes().unwrap_or_default(),
+    )
+}
+
+/// A whole ttrpc frame of type `ty` under `stream`.
+pub fn frame(stream: u32, ty: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = (payload.len() as u32).to_be_bytes().to_vec();
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(&[ty, 0]);
+    f.extend_from_slice(payload);
+    f
 }
 
 fn replayed(payload: &[u8]) -> bool {
@@ -130,14 +138,6 @@ fn replayed(payload: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn frame(stream: u32, ty: u8, payload: &[u8]) -> Vec<u8> {
-        let mut f = (payload.len() as u32).to_be_bytes().to_vec();
-        f.extend_from_slice(&stream.to_be_bytes());
-        f.extend_from_slice(&[ty, 0]);
-        f.extend_from_slice(payload);
-        f
-    }
 
     fn request(method: &str) -> Vec<u8> {
         let r = containerd_shim_protos::ttrpc::Request {
