@@ -192,8 +192,8 @@ mod tests {
     #[test]
     fn the_delay_counts_from_the_latest_activity() {
         let ms = Duration::from_millis;
-        // A poll 240 ms into a 250 ms delay leaves 250 ms from the poll,
-        // not another whole delay after the first one ran out.
+        // Quiet for 10 ms of a 250 ms delay: 240 ms are left, counted from
+        // the latest activity, not from where the trimmer's wait began.
         assert_eq!(remaining(ms(250), ms(10)), Some(ms(240)));
         assert_eq!(remaining(ms(250), ms(250)), None);
         assert_eq!(remaining(ms(250), ms(900)), None);
