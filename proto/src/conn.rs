@@ -9,10 +9,12 @@ use tokio::net::UnixStream;
 use ttrpc::r#async::transport::{Listener, Socket};
 use ttrpc::r#async::Client;
 
-fn tokio_stream(fd: OwnedFd) -> std::io::Result<UnixStream> {
+use crate::coalesce::Coalesced;
+
+fn tokio_stream(fd: OwnedFd) -> std::io::Result<Coalesced<UnixStream>> {
     let std_stream = std::os::unix::net::UnixStream::from(fd);
     std_stream.set_nonblocking(true)?;
-    UnixStream::from_std(std_stream)
+    UnixStream::from_std(std_stream).map(Coalesced::new)
 }
 
 /// A "listener" that yields the one connected stream, then nothing.

@@ -1,6 +1,7 @@
 //! The shim<->agent contract: generated ttrpc bindings for `protos/agent.proto`,
 //! the fd side channel, the launch handshake and the connection helpers.
 
+pub mod coalesce;
 pub mod conn;
 pub mod fdpass;
 pub mod launch;

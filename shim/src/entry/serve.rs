@@ -142,8 +142,11 @@ pub(super) struct PodServer {
 /// and the sandbox API.
 pub(super) async fn open_pod(socket: &str, service: Arc<Service>) -> Result<PodServer, EntryError> {
     let (path, listener) = bind_pod(socket)?;
-    let listener = match Listener::try_from(listener) {
-        Ok(l) => l,
+    let listener = match listener
+        .set_nonblocking(true)
+        .and_then(|()| tokio::net::UnixListener::from_std(listener))
+    {
+        Ok(l) => rund_proto::coalesce::listener(l),
         Err(e) => {
             let _ = std::fs::remove_file(&path);
             return Err(EntryError::Listener(e));

@@ -23,7 +23,7 @@ pub enum PublishError {
     #[error("connecting to {address}: {source}")]
     Connect {
         address: String,
-        source: containerd_shim_protos::ttrpc::Error,
+        source: std::io::Error,
     },
     #[error("encoding {topic}: {source}")]
     Encode {
@@ -53,9 +53,8 @@ fn unix_address(address: &str) -> String {
 }
 
 async fn connect(address: &str) -> Result<EventsClient, PublishError> {
-    Client::connect(&unix_address(address))
-        .await
-        .map(EventsClient::new)
+    rund_proto::coalesce::connect(&unix_address(address))
+        .map(|s| EventsClient::new(Client::new(s)))
         .map_err(|source| PublishError::Connect {
             address: address.to_string(),
             source,

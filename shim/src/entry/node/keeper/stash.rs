@@ -12,6 +12,7 @@ use std::task::{Context, Poll};
 
 use std::collections::HashSet;
 
+use rund_proto::coalesce::Coalesced;
 use rund_proto::fdpass::{self, FdPassError};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -173,7 +174,7 @@ impl Drop for Kept {
 /// A containerd connection whose copy the keeper holds while it is open,
 /// with the requests open on it.
 pub struct KeptStream {
-    stream: UnixStream,
+    stream: Coalesced<UnixStream>,
     kept: Kept,
     /// Replayed requests, read before the socket.
     prefix: Vec<u8>,
@@ -187,7 +188,7 @@ impl KeptStream {
     /// `prefix`: the frames of the long polls a dead node shim left open.
     pub fn new(stream: UnixStream, kept: Kept, prefix: Vec<u8>) -> Self {
         KeptStream {
-            stream,
+            stream: Coalesced::new(stream),
             kept,
             prefix,
             read: Frames::default(),
