@@ -23,8 +23,10 @@ struct Trimmer {
     /// The delay when only polls came since the last trim.
     poll_after_ms: AtomicU64,
     trims: AtomicU64,
-    /// Bumped by every activity: the idle trimmer's futex word.
+    /// Bumped by every wake: the idle trimmer's futex word.
     wakes: AtomicU32,
+    /// The delay (ms) the trimmer is counting down; 0: it waits for a wake.
+    counting_ms: AtomicU64,
     thread: Thread,
 }
 
@@ -58,7 +60,7 @@ pub fn activity(after: Duration) {
     };
     t.after_ms.store(ms, Ordering::SeqCst);
     t.worked.fetch_max(t.quiet.activity(), Ordering::SeqCst);
-    wake(t);
+    wake(t, ms);
 }
 
 /// Records a poll: a request that a caller repeats while the process is
@@ -77,13 +79,21 @@ pub fn poll(after: Duration) {
         return touch();
     }
     t.quiet.activity();
-    wake(t);
+    wake(t, ms);
 }
 
-fn wake(t: &Trimmer) {
+/// Wakes the trimmer for an activity (already recorded) whose delay is
+/// `delay_ms`, unless it is counting down a delay no longer than that: it
+/// then sees the activity when its wait ends, and waits on from it. One
+/// wake per quiet spell, not one per request.
+fn wake(t: &Trimmer, delay_ms: u64) {
+    let counting = t.counting_ms.load(Ordering::SeqCst);
+    if counting != 0 && counting <= delay_ms {
+        return;
+    }
     t.wakes.fetch_add(1, Ordering::SeqCst);
     super::raw::futex_wake(&t.wakes);
-    // Before its first trim the thread waits in std's park.
+    // Counting down, or before its first trim, the thread is in std's park.
     t.thread.unpark();
 }
 
@@ -131,12 +141,16 @@ fn start() -> Option<Trimmer> {
         poll_after_ms: AtomicU64::new(0),
         trims: AtomicU64::new(0),
         wakes: AtomicU32::new(0),
+        counting_ms: AtomicU64::new(0),
         thread: handle.thread().clone(),
     })
 }
 
 fn run(t: &Trimmer) -> ! {
     loop {
+        // Not counting before the ticket is read: an activity after the
+        // read sees 0 and wakes this thread (see `wake`).
+        t.counting_ms.store(0, Ordering::SeqCst);
         let seen = t.wakes.load(Ordering::SeqCst);
         let ticket = t.quiet.current();
         let trimmed = ticket == t.trimmed.load(Ordering::SeqCst);
@@ -151,9 +165,11 @@ fn run(t: &Trimmer) -> ! {
         // one moves the end (so a poll right after a Start does not make
         // the trim wait the delay twice), and an activity after polls
         // shortens the delay.
+        t.counting_ms.store(millis(after), Ordering::SeqCst);
         while let Some(left) = remaining(after, t.quiet.since_last()) {
             std::thread::park_timeout(left);
             after = delay(t).unwrap_or(after);
+            t.counting_ms.store(millis(after), Ordering::SeqCst);
         }
         if t.quiet.still(ticket) {
             let _held = FORKS.lock().unwrap_or_else(|e| e.into_inner());
@@ -258,6 +274,45 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert_eq!(trims(), before + 3, "the last touch is waited out");
+    }
+
+    fn the_trimmer() -> &'static Trimmer {
+        match TRIMMER.get() {
+            Some(Some(t)) => t,
+            _ => panic!("no trimmer"),
+        }
+    }
+
+    #[test]
+    fn requests_while_it_counts_down_do_not_wake_the_trimmer() {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let before = trims();
+        // Long enough that only a wake can bring the trim within the test.
+        let long = Duration::from_secs(60);
+        activity(long);
+        let t = the_trimmer();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while t.counting_ms.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(
+            t.counting_ms.load(Ordering::SeqCst),
+            60_000,
+            "not counting down"
+        );
+        let wakes = t.wakes.load(Ordering::SeqCst);
+        for _ in 0..50 {
+            activity(long);
+        }
+        assert_eq!(t.wakes.load(Ordering::SeqCst), wakes, "a request woke it");
+        // A shorter delay than the one counted down wakes it, and the trim
+        // follows that delay (within trims_reach's 10 s, not the 60 s).
+        activity(Duration::from_millis(20));
+        assert!(
+            t.wakes.load(Ordering::SeqCst) > wakes,
+            "no wake for a shorter delay"
+        );
+        assert!(trims_reach(before + 1), "the shorter delay was not taken");
     }
 
     #[test]
