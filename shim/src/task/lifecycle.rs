@@ -256,13 +256,6 @@ pub async fn delete(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<Delet
     if c.is_pod_sandbox && svc.containers.lock().await.len() > 1 {
         return Err(TaskError::PodHasContainers { id: id.into() }.into());
     }
-    if let Some(sb) = &sb {
-        if !c.is_pod_sandbox && sb.exited().is_none() {
-            if let Err(err) = sb.agent.delete_process(id, "").await {
-                tracing::warn!(id, "agent DeleteProcess: {err}");
-            }
-        }
-    }
     if c.rootfs_mounted {
         crate::rootfs::cleanup(&c.bundle)?;
     }
@@ -274,8 +267,15 @@ pub async fn delete(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<Delet
         all.is_empty()
     };
     if last {
+        // The agent forgets everything as it goes: no DeleteProcess first.
         if let Some(sb) = svc.take_sandbox() {
             sb.teardown(sb.grace).await;
+        }
+    } else if let Some(sb) = &sb {
+        if !c.is_pod_sandbox && sb.exited().is_none() {
+            if let Err(err) = sb.agent.delete_process(id, "").await {
+                tracing::warn!(id, "agent DeleteProcess: {err}");
+            }
         }
     }
     if let Some(cg) = &c.cgroup {
