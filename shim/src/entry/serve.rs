@@ -40,7 +40,8 @@ const FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// How long an idle thread of the blocking pool waits for more work. Well
 /// under the idle trim's delay (`[idle] trim_after_ms`), so the threads a
 /// request used have exited, running their exit code, before the trim
-/// unmaps what ran; an exit still pushes back a trim counting down.
+/// unmaps what ran (`trim::thread_exit`: an exit right before a trim pushes
+/// it back, and one after a trim brings another).
 pub const BLOCKING_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A pod's shim is idle nearly all its life: one thread serves it, and the
@@ -50,7 +51,7 @@ pub fn run(flags: Flags) -> Result<(), EntryError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .max_blocking_threads(16)
         .thread_keep_alive(BLOCKING_KEEP_ALIVE)
-        .on_thread_stop(rund_sys::trim::touch)
+        .on_thread_stop(rund_sys::trim::thread_exit)
         .on_thread_park(rund_sys::trim::stack::parking)
         .on_thread_unpark(rund_sys::trim::stack::unparked)
         .enable_all()

@@ -107,6 +107,40 @@ pub fn touch() {
     }
 }
 
+/// A trim due this soon is pushed back by a thread's exit, which might
+/// otherwise run its libc code after the trim.
+const EXIT_MARGIN: Duration = Duration::from_millis(20);
+
+/// Called by a thread about to exit (a runtime's `on_thread_stop`): its exit
+/// runs libc code that a trim unmaps. A trim counting down comes after the
+/// exit (pushed back if it is due within [`EXIT_MARGIN`]); after a trim, the
+/// code the exit maps back is trimmed again once [`activity`]'s delay has
+/// passed. Either way the exit does not delay a trim by its full delay.
+pub fn thread_exit() {
+    let Some(Some(t)) = TRIMMER.get() else {
+        return;
+    };
+    let counting = t.counting_ms.load(Ordering::SeqCst);
+    let left = match counting {
+        0 => None,
+        ms => remaining(Duration::from_millis(ms), t.quiet.since_last()),
+    };
+    match left {
+        // The trim comes after this exit.
+        Some(left) if left >= EXIT_MARGIN => {}
+        Some(_) => touch(),
+        // A trim under way, or done: another once the delay has passed.
+        None if counting != 0 || t.quiet.current() == t.trimmed.load(Ordering::SeqCst) => {
+            let ms = t.after_ms.load(Ordering::SeqCst);
+            if ms > 0 {
+                t.worked.fetch_max(t.quiet.activity(), Ordering::SeqCst);
+                wake(t, ms);
+            }
+        }
+        None => {}
+    }
+}
+
 /// Trims done so far by this process's trimmer.
 pub fn trims() -> u64 {
     match TRIMMER.get() {
@@ -313,6 +347,30 @@ mod tests {
             "no wake for a shorter delay"
         );
         assert!(trims_reach(before + 1), "the shorter delay was not taken");
+    }
+
+    #[test]
+    fn a_thread_exit_before_a_trim_keeps_it_and_one_after_brings_another() {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let before = trims();
+        activity(Duration::from_secs(60));
+        let t = the_trimmer();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while t.counting_ms.load(Ordering::SeqCst) != 60_000 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let ticket = t.quiet.current();
+        thread_exit();
+        assert_eq!(
+            t.quiet.current(),
+            ticket,
+            "an early exit pushed the trim back"
+        );
+        activity(Duration::from_millis(20));
+        assert!(trims_reach(before + 1));
+        // Trimmed and waiting: an exit now brings a second trim.
+        thread_exit();
+        assert!(trims_reach(before + 2), "no trim after the exit");
     }
 
     #[test]

@@ -17,7 +17,7 @@ mod plan;
 mod raw;
 mod smaps;
 pub mod stack;
-pub use idle::{activity, no_trim_while, poll, touch, trims};
+pub use idle::{activity, no_trim_while, poll, thread_exit, touch, trims};
 #[cfg(test)]
 use smaps::clean;
 pub use smaps::{trimmable, Mapping};

@@ -131,7 +131,7 @@ pub fn main(flags: Flags, control: String, log: PathBuf, handoff: Handoff) -> i3
     let rt = match tokio::runtime::Builder::new_current_thread()
         .max_blocking_threads(64)
         .thread_keep_alive(crate::entry::serve::BLOCKING_KEEP_ALIVE)
-        .on_thread_stop(rund_sys::trim::touch)
+        .on_thread_stop(rund_sys::trim::thread_exit)
         .enable_all()
         .build()
     {
