@@ -81,6 +81,22 @@ impl<S: AsyncWrite + Unpin> Coalesced<S> {
     }
 }
 
+impl<S> Coalesced<S> {
+    /// An empty frame's header whose drain went pending, with `before` of
+    /// its bytes taken by earlier writes: takes only the bytes that are out.
+    fn take_sent(&mut self, before: usize) -> Poll<io::Result<usize>> {
+        let State::Head { held, sent, .. } = &mut self.state else {
+            unreachable!("a header is being drained");
+        };
+        if *sent > before {
+            *held = *sent;
+            return Poll::Ready(Ok(*sent - before));
+        }
+        *held = before;
+        Poll::Pending
+    }
+}
+
 impl<S: AsyncWrite + Unpin> AsyncWrite for Coalesced<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
@@ -110,17 +126,20 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Coalesced<S> {
                     buf[*held..*held + k].copy_from_slice(&data[..k]);
                     *held += k;
                     if *held == HEADER && body_len(buf) == 0 {
-                        // Nothing follows: out now. If the socket is full,
-                        // the flush ttrpc makes next (or the next write)
-                        // finishes it.
-                        if let Poll::Ready(Err(e)) = me.poll_drain(cx) {
-                            return Poll::Ready(Err(e));
-                        }
+                        // Nothing follows: out now, and its last bytes taken
+                        // only as far as they are out, so whoever counts what
+                        // was written (the node keeper) sees the frame whole
+                        // only once it is.
+                        let before = HEADER - k;
+                        return match me.poll_drain(cx) {
+                            Poll::Ready(r) => Poll::Ready(r.map(|()| k)),
+                            Poll::Pending => me.take_sent(before),
+                        };
                     }
                     return Poll::Ready(Ok(k));
                 }
                 State::Head { buf, .. } if body_len(buf) == 0 => {
-                    // An empty frame whose drain went pending.
+                    // Not reached: an empty frame is taken only once out.
                     ready!(me.poll_drain(cx))?;
                 }
                 State::Head { buf, sent, .. } => {

@@ -214,3 +214,20 @@ fn ttrpc_sends_a_request_as_one_write() {
         "header and payload in one write"
     );
 }
+
+#[test]
+fn an_empty_frame_is_taken_only_once_it_is_out() {
+    for max in [1, 3, 9, 10] {
+        rt().block_on(async {
+            let mut c = Coalesced::new(Sink::new(max, true));
+            // The header in one buffer, no flush: once write_all returns,
+            // every byte of it must be on the socket.
+            c.write_all(&frame(5, b"")).await.unwrap();
+            assert_eq!(c.get_ref().all(), frame(5, b""), "max {max}");
+            c.write_all(&frame(7, b"")).await.unwrap();
+            let mut want = frame(5, b"");
+            want.extend(frame(7, b""));
+            assert_eq!(c.get_ref().all(), want, "max {max}");
+        });
+    }
+}
