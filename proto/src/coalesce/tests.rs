@@ -231,3 +231,34 @@ fn an_empty_frame_is_taken_only_once_it_is_out() {
         });
     }
 }
+
+#[test]
+fn connect_takes_a_path_a_unix_url_and_an_abstract_name() {
+    use std::os::linux::net::SocketAddrExt;
+    let dir = std::env::temp_dir().join(format!("rund-coalesce-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("s.sock");
+    let _ = std::fs::remove_file(&path);
+    let by_path = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let name = format!("rund-coalesce-test-{}", std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(&name).unwrap();
+    let by_name = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let p = path.display().to_string();
+        for address in [p.clone(), format!("unix://{p}")] {
+            connect(&address).unwrap();
+            by_path.accept().unwrap();
+        }
+        connect(&format!("@{name}")).unwrap();
+        by_name.accept().unwrap();
+        match connect(&dir.join("none.sock").display().to_string()) {
+            Err(e) => assert_eq!(e.kind(), io::ErrorKind::NotFound),
+            Ok(_) => panic!("connected to a socket that is not there"),
+        }
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -267,7 +267,7 @@ pub async fn delete(svc: &Arc<Service>, id: &str, exec_id: &str) -> Result<Delet
         all.is_empty()
     };
     if last {
-        // The agent forgets everything as it goes: no DeleteProcess first.
+        // DestroySandbox ends the agent and all it holds: no DeleteProcess.
         if let Some(sb) = svc.take_sandbox() {
             sb.teardown(sb.grace).await;
         }

@@ -44,16 +44,8 @@ pub struct Publisher {
     pending: Arc<watch::Sender<usize>>,
 }
 
-fn unix_address(address: &str) -> String {
-    if address.starts_with("unix://") {
-        address.to_string()
-    } else {
-        format!("unix://{address}")
-    }
-}
-
 async fn connect(address: &str) -> Result<EventsClient, PublishError> {
-    rund_proto::coalesce::connect(&unix_address(address))
+    rund_proto::coalesce::connect(address)
         .map(|s| EventsClient::new(Client::new(s)))
         .map_err(|source| PublishError::Connect {
             address: address.to_string(),
