@@ -9,7 +9,7 @@ export RUND_CACHE
 
 .PHONY: all deps build release demo test test-unit test-integration test-integration-1.6 \
 	test-integration-2.1 containerd-2.1 vm-deps test-v2 churn-v2 test-rdma-vm lint fmt bench \
-	bench-quick bench-micro link-order test-linkorder fuzz-quick soak clean static-agent
+	bench-quick bench-micro link-order test-linkorder fuzz-quick soak clean static-bins
 
 all: build
 
@@ -18,29 +18,35 @@ deps:
 
 build: deps
 	$(CARGO) build --workspace --bins
-	$(call static_agent,debug,)
+	$(call static_bins,debug,)
 
-# rund-agent is linked static-pie, glibc and libseccomp inside: a sandbox's
-# start runs no ld.so and searches no library path (containerd hands its
-# children LD_LIBRARY_PATH=/opt/containerd/lib:). It is a build of its own,
-# for the host triple, since cargo's rustflags cover a whole build and the
-# shim stays dynamic (it dlopens libibverbs and NVML). The result replaces
-# the dynamic rund-agent that any other cargo build of the agent puts in
-# $(TARGET_DIR)/<profile>; the integration tests install it again first,
-# and rund_install::the_agent_is_static_pie (RUND_REQUIRE_BINS=1) and
+# rund-agent and containerd-shim-rund-v2 are linked static-pie (glibc, and
+# libseccomp in the agent, inside): a pod's start runs no ld.so and searches
+# no library path (containerd hands its children
+# LD_LIBRARY_PATH=/opt/containerd/lib:), and an idle shim maps back no
+# windows of libc when it is polled. Each is a build of its own, for the host
+# triple, since cargo's rustflags cover a whole build and `rund` stays
+# dynamic: it dlopens libibverbs and NVML, for itself and for the shim
+# (`rund helper`). The result replaces
+# the dynamic binaries that any other cargo build puts in
+# $(TARGET_DIR)/<profile>; the integration tests install them again first,
+# and rund_install's static-pie tests (RUND_REQUIRE_BINS=1) and
 # test-linkorder fail on a dynamic one.
 HOST_TRIPLE := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
-STATIC_AGENT_ENV = RUSTFLAGS="-C target-feature=+crt-static" LIBSECCOMP_LINK_TYPE=static \
+STATIC_ENV = RUSTFLAGS="-C target-feature=+crt-static" LIBSECCOMP_LINK_TYPE=static \
 	LIBSECCOMP_LIB_PATH="$$(dirname "$$($${CC:-cc} -print-file-name=libseccomp.a)")"
+STATIC_BINS := rund-agent containerd-shim-rund-v2
 # $(1): debug or release; $(2): more environment (RUND_LINK_ORDER=off).
-define static_agent
-	$(2) $(STATIC_AGENT_ENV) $(CARGO) build $(if $(filter release,$(1)),--release) -p rund-agent --target $(HOST_TRIPLE)
-	cp $(TARGET_DIR)/$(HOST_TRIPLE)/$(1)/rund-agent $(TARGET_DIR)/$(1)/.rund-agent.static
-	mv -f $(TARGET_DIR)/$(1)/.rund-agent.static $(TARGET_DIR)/$(1)/rund-agent
+define static_bins
+	$(2) $(STATIC_ENV) $(CARGO) build $(if $(filter release,$(1)),--release) -p rund-agent --target $(HOST_TRIPLE)
+	$(2) $(STATIC_ENV) $(CARGO) build $(if $(filter release,$(1)),--release) -p rund-shim --bin containerd-shim-rund-v2 --target $(HOST_TRIPLE)
+	for b in $(STATIC_BINS); do \
+		cp $(TARGET_DIR)/$(HOST_TRIPLE)/$(1)/$$b $(TARGET_DIR)/$(1)/.$$b.static && \
+		mv -f $(TARGET_DIR)/$(1)/.$$b.static $(TARGET_DIR)/$(1)/$$b || exit 1; done
 endef
 
-static-agent:
-	$(call static_agent,debug,)
+static-bins:
+	$(call static_bins,debug,)
 
 # Builds, starts a private containerd and runs containers through rund.
 demo: build
@@ -65,10 +71,10 @@ test-unit:
 # Every file runs on both lines (about 2.5 minutes each).
 test-integration: test-integration-1.6 test-integration-2.1
 
-test-integration-1.6: static-agent
+test-integration-1.6: static-bins
 	RUND_IT_CONTAINERD=1.6 RUND_REQUIRE_ALL=1 RUND_REQUIRE_BINS=1 $(CARGO) test -p rund-tests -- --test-threads=2
 
-test-integration-2.1: containerd-2.1 static-agent
+test-integration-2.1: containerd-2.1 static-bins
 	RUND_IT_CONTAINERD=2.1 RUND_REQUIRE_ALL=1 RUND_REQUIRE_BINS=1 $(CARGO) test -p rund-tests -- --test-threads=2
 
 # Debian sid's containerd 2.1.x into $(RUND_CACHE)/containerd-2.1 (cached).
@@ -137,7 +143,7 @@ bench-quick: release
 # linkorder/*.order lists.
 release: deps
 	$(CARGO) build --release -p rund-shim
-	$(call static_agent,release,)
+	$(call static_bins,release,)
 
 # The release link as make release makes it: DT_RELR, and the functions of
 # linkorder/*.order packed first in .text.
@@ -153,11 +159,11 @@ link-order: release
 	rm -rf $(TARGET_DIR)/linkorder && mkdir -p $(TARGET_DIR)/linkorder/ordered $(TARGET_DIR)/linkorder/plain
 	for b in $(LINK_ORDER_BINS); do cp $(TARGET_DIR)/release/$$b $(TARGET_DIR)/linkorder/ordered/; done
 	RUND_LINK_ORDER=off $(CARGO) build --release -p rund-shim
-	$(call static_agent,release,RUND_LINK_ORDER=off)
+	$(call static_bins,release,RUND_LINK_ORDER=off)
 	for b in $(LINK_ORDER_BINS); do cp $(TARGET_DIR)/release/$$b $(TARGET_DIR)/linkorder/plain/; done
 	linkorder/profile.sh $(TARGET_DIR)/linkorder/ordered $(TARGET_DIR)/linkorder/plain
 	$(CARGO) build --release -p rund-shim
-	$(call static_agent,release,)
+	$(call static_bins,release,)
 
 # criterion micro-benches (cgroup claim vs mkdir, spec processing, device scan,
 # the per-node keeper's datagrams per request).

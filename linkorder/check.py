@@ -12,7 +12,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 BINS = ["containerd-shim-rund-v2", "rund-agent"]
 # Linked static-pie: no program interpreter, still position-independent.
-STATIC = {"rund-agent"}
+STATIC = {"rund-agent", "containerd-shim-rund-v2"}
 
 
 def run(*cmd):
@@ -27,7 +27,7 @@ def check(bin_dir, name, same_toolchain):
     if name in STATIC:
         headers = run("readelf", "-hlW", path)
         if "INTERP" in headers or "DYN (" not in headers:
-            problems.append("not static-pie: build it with `make release` (static_agent)")
+            problems.append("not static-pie: build it with `make release` (static_bins)")
     with open(os.path.join(HERE, name + ".order")) as f:
         order = [line.strip() for line in f if line.strip()]
     wanted = set(order)
@@ -37,7 +37,7 @@ def check(bin_dir, name, same_toolchain):
         if len(p) != 4 or p[2] not in "tTwW":
             continue
         (hot if p[3] in wanted else cold).append((int(p[0], 16), int(p[1], 16), p[3]))
-    # C archives (libc.a, libseccomp.a in the static agent) may hold several
+    # C archives (libc.a, and libseccomp.a in the static agent) may hold several
     # functions, and a few static ones of one name, in one section: lld moves
     # them together. Rust emits a section per function, so only a Rust
     # function inside the ordered span shows that the order was not applied.

@@ -5,6 +5,7 @@
 //! on top of this crate.
 
 pub mod creds;
+pub mod helper;
 pub mod mount;
 pub mod ns;
 pub mod process;

@@ -210,16 +210,41 @@ fn install_on_2x_with_a_version_2_config() {
     install_and_run_a_pod("install_on_2x_with_a_version_2_config", Some(2));
 }
 
-/// What ships: `make build` and `make release` link the agent static-pie (the Makefile's
-/// `static_agent`), so a sandbox's start runs no ld.so and searches no library path. A plain
-/// `cargo build` leaves a dynamic agent, which works but is not what ships: this fails on one
-/// under `RUND_REQUIRE_BINS=1` (make test) and skips otherwise.
+/// What ships: `make build` and `make release` link the agent and the shim static-pie (the
+/// Makefile's `static_bins`), so a pod's start runs no ld.so and searches no library path. A
+/// plain `cargo build` leaves them dynamic, which works but is not what ships: these fail on
+/// one under `RUND_REQUIRE_BINS=1` (make test) and skip otherwise.
 #[test]
 fn the_agent_is_static_pie() {
-    let Some(bins) = rund_bins_or_skip("the_agent_is_static_pie") else {
+    assert_static_pie("the_agent_is_static_pie", rund_tests::bins::AGENT_BIN);
+}
+
+#[test]
+fn the_shim_is_static_pie() {
+    assert_static_pie("the_shim_is_static_pie", rund_tests::bins::SHIM_BIN);
+}
+
+/// `rund` loads NVML and libibverbs for the shim (`rund helper`): it must stay dynamic.
+#[test]
+fn the_cli_is_dynamic() {
+    let Some(bins) = rund_bins_or_skip("the_cli_is_dynamic") else {
         return;
     };
-    let path = bins.path(rund_tests::bins::AGENT_BIN);
+    let path = bins.path(rund_tests::bins::CLI_BIN);
+    let elf = std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let kind = ElfKind::of(&elf).unwrap_or_else(|| panic!("{}: not a 64-bit ELF", path.display()));
+    assert!(
+        kind.interp,
+        "{} is static: it could not dlopen NVML",
+        path.display()
+    );
+}
+
+fn assert_static_pie(test: &str, bin: &str) {
+    let Some(bins) = rund_bins_or_skip(test) else {
+        return;
+    };
+    let path = bins.path(bin);
     let elf = std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     let kind = ElfKind::of(&elf).unwrap_or_else(|| panic!("{}: not a 64-bit ELF", path.display()));
     if kind.interp && std::env::var(rund_tests::bins::REQUIRE_ENV).as_deref() != Ok("1") {

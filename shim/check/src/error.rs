@@ -9,6 +9,9 @@ pub enum CheckError {
     Verbs(#[from] VerbsError),
     #[error(transparent)]
     Memlock(#[from] MemlockError),
+    /// What the write_bw helper process reported (its own error, as text).
+    #[error("{0}")]
+    Helper(String),
     #[error("invalid write_bw parameters: {0}")]
     Params(String),
     #[error("port {port} of {device} is {state}, not ACTIVE")]

@@ -26,8 +26,8 @@ pub use engine::report::{BwReport, ReportUnit};
 pub use engine::run_write_bw;
 pub use error::CheckError;
 pub use gate::{
-    DeviceChecker, Gate, GateConfig, GateError, GateOutcome, GatePolicy, Threshold, VerbsChecker,
-    Verdict, Verify,
+    DeviceChecker, Gate, GateConfig, GateError, GateOutcome, GatePolicy, HelperChecker, Threshold,
+    VerbsChecker, Verdict, Verify,
 };
 pub use memlock::{MemlockError, ProcRlimit, RlimitSource};
 pub use run::WriteBwRequest;

@@ -11,7 +11,11 @@ pub enum DeviceError {
 
     /// An NVML call failed after initialisation.
     #[error("NVML {call} failed: {reason}")]
-    Nvml { call: &'static str, reason: String },
+    Nvml { call: String, reason: String },
+
+    /// The helper that runs NVML for the shim (`rund helper nvml`) failed.
+    #[error("GPU discovery helper {program} failed: {reason}")]
+    Helper { program: String, reason: String },
 
     /// A requested GPU (index or UUID) is not on this host.
     #[error("unknown GPU {id:?} (available: {available})")]

@@ -24,10 +24,10 @@ pub use error::{DeviceError, Result};
 pub use gpu::{discover_gpus, Gpu};
 pub use inject::{inject, InjectedDevice, InjectionReport};
 pub use rdma::{discover_rdma, RdmaDevice, RdmaPort};
-pub use resolve::{resolve, Resolved};
+pub use resolve::{resolve, resolve_with, Resolved};
 pub use select::DeviceRequest;
 
-/// Parses, resolves and injects in one go: what the shim calls at Create.
+/// Parses, resolves and injects in one go, with NVML in this process.
 /// Returns the request too, for `wants_rdma()` (memlock default, write_bw gate).
 pub fn prepare_spec(
     cfg: &DeviceConfig,

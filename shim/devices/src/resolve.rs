@@ -9,7 +9,7 @@ use crate::cdi::{CdiRegistry, ResolvedCdi};
 use crate::config::DeviceConfig;
 use crate::devnode::{DeviceNode, ProcDevices};
 use crate::error::{DeviceError, Result};
-use crate::gpu::{self, Gpu};
+use crate::gpu::{self, Gpu, GpuSource, InProcessNvml};
 use crate::rdma::{self, RdmaDevice};
 use crate::select::{DeviceRequest, GpuId, GpuSelection, RdmaId, RdmaSelection};
 
@@ -82,12 +82,17 @@ fn pick_gpus(all: Vec<Gpu>, sel: &GpuSelection) -> Result<Vec<Gpu>> {
     Ok(out)
 }
 
-fn resolve_gpus(cfg: &DeviceConfig, req: &DeviceRequest, out: &mut Resolved) -> Result<()> {
+fn resolve_gpus(
+    cfg: &DeviceConfig,
+    req: &DeviceRequest,
+    gpus: &dyn GpuSource,
+    out: &mut Resolved,
+) -> Result<()> {
     let visible = match &req.gpus {
         GpuSelection::Nothing => return Ok(()),
         GpuSelection::DriverOnly => "none".to_string(),
         sel => {
-            out.gpus = pick_gpus(gpu::discover_gpus(cfg)?, sel)?;
+            out.gpus = pick_gpus(gpus.discover(cfg)?, sel)?;
             let uuids: Vec<&str> = out.gpus.iter().map(|g| g.uuid.as_str()).collect();
             uuids.join(",")
         }
@@ -196,13 +201,23 @@ fn resolve_rdma(cfg: &DeviceConfig, req: &DeviceRequest, out: &mut Resolved) -> 
     Ok(())
 }
 
-/// Resolves a request against the host. Asking for nothing reads nothing.
+/// Resolves a request against the host, with NVML in this process. Asking
+/// for nothing reads nothing.
 pub fn resolve(cfg: &DeviceConfig, req: &DeviceRequest) -> Result<Resolved> {
+    resolve_with(cfg, req, &InProcessNvml)
+}
+
+/// [`resolve`], with the GPUs found by `gpus` (the static shim: a helper process).
+pub fn resolve_with(
+    cfg: &DeviceConfig,
+    req: &DeviceRequest,
+    gpus: &dyn GpuSource,
+) -> Result<Resolved> {
     let mut out = Resolved::default();
     if req.is_empty() {
         return Ok(out);
     }
-    resolve_gpus(cfg, req, &mut out)?;
+    resolve_gpus(cfg, req, gpus, &mut out)?;
     resolve_rdma(cfg, req, &mut out)?;
     if !req.cdi_devices.is_empty() {
         out.cdi = CdiRegistry::load(&cfg.cdi_spec_dirs).resolve(&req.cdi_devices)?;

@@ -4,6 +4,7 @@ pub mod check;
 pub mod devices;
 pub mod doctor;
 pub mod error;
+pub mod helper;
 pub mod install;
 pub mod pool;
 pub mod userns;
@@ -62,6 +63,9 @@ pub enum Command {
     Install(install::InstallArgs),
     /// Remove exactly what `rund install` installed and registered.
     Uninstall(install::UninstallArgs),
+    /// What the static shim runs in a dynamic process (NVML, write_bw).
+    #[command(subcommand, hide = true)]
+    Helper(helper::HelperCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -123,6 +127,11 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<i32, CliError> {
     match &cli.command {
         Command::Install(a) => return Ok(install::install(a, cli.config.as_deref(), out)?),
         Command::Uninstall(a) => return Ok(install::uninstall(a, out)?),
+        // The shim sends what it needs: no config of its own.
+        Command::Helper(h) => {
+            helper::run(h, out)?;
+            return Ok(0);
+        }
         _ => {}
     }
     let cfg = RundConfig::load(cli.config.as_deref())?;
@@ -148,7 +157,9 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<i32, CliError> {
         Command::Userns(UsernsCommand::Repair) => userns::repair(&cfg, out)?,
         // rund-check prints its own report and errors.
         Command::Check(CheckCommand::WriteBw(a)) => return Ok(check::write_bw(&a)),
-        Command::Install(_) | Command::Uninstall(_) => unreachable!("dispatched above"),
+        Command::Install(_) | Command::Uninstall(_) | Command::Helper(_) => {
+            unreachable!("dispatched above")
+        }
     }
     Ok(0)
 }

@@ -251,6 +251,11 @@ impl RundConfig {
     pub fn agent_binary(&self) -> PathBuf {
         binary(self.agent_path.as_deref(), "rund-agent")
     }
+
+    /// The dynamic `rund` binary: the static shim runs NVML and write_bw in it.
+    pub fn helper_binary(&self) -> PathBuf {
+        binary(None, "rund")
+    }
 }
 
 /// `configured`, else `name` next to the running binary, else `name` on $PATH.

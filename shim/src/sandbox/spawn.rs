@@ -133,8 +133,13 @@ fn spawn_blocking(plan: SpawnPlan) -> Result<Spawned, SandboxError> {
 /// already moved into a pod's cgroup, they would be charged to that pod, keep
 /// its memory cgroup alive after the pod is gone (or, reclaimed with it, be
 /// read from disk again by the next pod). Costs a page-cache walk when cached.
+/// `make link-order` turns it off (`RUND_NO_AGENT_WARMUP`): it reads every
+/// page, and the profile is of the pages the agent runs.
 fn warm_page_cache(bin: &std::path::Path) {
     use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
+    if std::env::var_os("RUND_NO_AGENT_WARMUP").is_some() {
+        return;
+    }
     let r = std::fs::File::open(bin)
         .map_err(|e| e.to_string())
         .and_then(|f| {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::collections::HashMap;
 
 use oci_spec::runtime::{PosixRlimit, PosixRlimitType, Spec};
-use rund_check::{Gate, Verify};
+use rund_check::{Gate, HelperChecker, Verify};
 use rund_proto::fdpass::FdKind;
 
 use super::Service;
@@ -17,7 +17,14 @@ use crate::error::{Result, ShimError};
 use crate::policy;
 use crate::rlimit::memlock;
 use crate::spec::Role;
+use rund_devices::gpu::NvmlHelper;
 use rund_devices::{DeviceRequest, InjectionReport};
+
+/// NVML and libibverbs are loaded with dlopen, which the static shim must
+/// not do: GPU discovery and the write_bw gate's run happen in the dynamic
+/// `rund` binary. A wedged driver or device costs the Create at most this.
+const NVML_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+const WRITE_BW_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
 
 pub struct Prepared {
     /// The spec's rlimits plus the memlock default.
@@ -38,13 +45,18 @@ pub async fn prepare(svc: &Arc<Service>, spec: &mut Spec, userns: bool) -> Resul
     let mut notes = admitted.notes.clone();
     let cfg = config.devices.clone();
     let rules = config.policy.clone();
+    let helper = config.helper_binary();
     let mut edited = spec.clone();
     let (req, report) = tokio::task::spawn_blocking(move || -> Result<_> {
         let req = admitted.request.clone();
         if req.is_empty() {
             return Ok((req, InjectionReport::default(), edited));
         }
-        let resolved = rund_devices::resolve(&cfg, &req)?;
+        let gpus = NvmlHelper {
+            program: helper,
+            deadline: NVML_DEADLINE,
+        };
+        let resolved = rund_devices::resolve_with(&cfg, &req, &gpus)?;
         policy::devices::check_resolved(&rules, &admitted, &resolved)?;
         let report = rund_devices::inject(&mut edited, &resolved, userns)?;
         Ok((req, report, edited))
@@ -66,7 +78,12 @@ pub async fn prepare(svc: &Arc<Service>, spec: &mut Spec, userns: bool) -> Resul
 
     if config.verify.verify != Verify::Off {
         for dev in &report.rdma_devices {
-            let gate = Gate::new(&config.checks);
+            let checker = HelperChecker {
+                program: config.helper_binary(),
+                sysfs_root: "/sys".into(),
+                deadline: WRITE_BW_DEADLINE,
+            };
+            let gate = Gate::with_checker(&config.checks, Arc::new(checker));
             let policy = config.verify.clone();
             let name = dev.clone();
             let outcome = tokio::task::spawn_blocking(move || gate.ensure(&name, &policy))

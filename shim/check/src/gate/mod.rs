@@ -4,6 +4,7 @@
 
 pub mod cache;
 mod checker;
+pub mod helper;
 pub mod policy;
 
 use std::path::PathBuf;
@@ -15,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::engine::report::BwReport;
 use cache::{Cache, CachedResult, Entry, Lookup, CACHE_VERSION};
 pub use checker::{DeviceChecker, VerbsChecker};
+pub use helper::{HelperChecker, WriteBwReply};
 pub use policy::{Threshold, Verify};
 
 pub const DEFAULT_STATE_DIR: &str = "/run/rund/checks";

@@ -2,6 +2,7 @@
 
 mod caps;
 mod driver;
+pub mod helper;
 mod nvml;
 
 use serde::{Deserialize, Serialize};
@@ -10,6 +11,7 @@ use crate::devnode::DeviceNode;
 
 pub use caps::{Capability, DriverCapabilities};
 pub use driver::{driver_files, gpu_control_nodes, nvidia_major, DriverFile, DriverFileKind};
+pub use helper::{GpuSource, InProcessNvml, NvmlHelper};
 pub use nvml::{discover_gpus, probe_nvml, NvmlProbe};
 
 /// One GPU as NVML reports it.

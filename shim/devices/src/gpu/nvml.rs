@@ -22,7 +22,7 @@ pub struct NvmlProbe {
 
 fn call_err(call: &'static str) -> impl Fn(nvml_wrapper::error::NvmlError) -> DeviceError {
     move |e| DeviceError::Nvml {
-        call,
+        call: call.into(),
         reason: e.to_string(),
     }
 }

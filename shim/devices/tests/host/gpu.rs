@@ -120,3 +120,30 @@ fn driver_files_follow_capabilities() {
         .iter()
         .any(|n| n.starts_with("libnvidia-encode")));
 }
+
+/// What `rund helper nvml` prints for the fake NVML, read back by the shim's
+/// side, is what NVML in-process finds.
+#[test]
+fn the_nvml_helpers_reply_carries_the_same_gpus() {
+    use rund_devices::gpu::helper::serve;
+    use rund_devices::gpu::{GpuSource, NvmlHelper};
+    use std::os::unix::fs::PermissionsExt;
+    let Some(lib) = fake_nvml() else { return };
+    let (t, h) = host();
+    let cfg = h.config_with_nvml(&lib);
+    let reply = t.path().join("reply.json");
+    std::fs::write(&reply, serve(&serde_json::to_vec(&cfg).unwrap())).unwrap();
+    let program = t.path().join("rund");
+    std::fs::write(
+        &program,
+        format!("#!/bin/sh\ncat >/dev/null\ncat {}\n", reply.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let helper = NvmlHelper {
+        program,
+        deadline: std::time::Duration::from_secs(30),
+    };
+    assert_eq!(helper.discover(&cfg).unwrap(), discover_gpus(&cfg).unwrap());
+    assert_eq!(helper.discover(&cfg).unwrap().len(), 2);
+}
