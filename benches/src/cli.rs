@@ -26,9 +26,12 @@ pub struct Args {
     /// Concurrency levels N (default 50,200; quick 50).
     #[arg(long, value_delimiter = ',')]
     pub concurrency: Option<Vec<usize>>,
-    /// Concurrent-start rounds per runtime and N; rounds alternate the order.
-    #[arg(long, default_value_t = 1)]
-    pub rounds: usize,
+    /// Concurrent-start rounds per runtime and N; rounds alternate the order
+    /// and the table takes the median. Default: 3 in the main comparison
+    /// (one burst of 200 on a shared 2-core machine varies by up to 2× from
+    /// run to run) and 1 in the pool and Kubernetes studies; quick 1.
+    #[arg(long)]
+    pub rounds: Option<usize>,
     /// Stop-latency samples per runtime (default 3, quick 1).
     #[arg(long)]
     pub stop_samples: Option<usize>,
@@ -127,7 +130,10 @@ pub struct Plan {
     pub iterations: usize,
     pub warmup: usize,
     pub concurrency: Vec<usize>,
+    /// Rounds of the main comparison's concurrent starts.
     pub rounds: usize,
+    /// Rounds of each burst in the pool and Kubernetes studies.
+    pub study_rounds: usize,
     pub stop_samples: usize,
     pub stop_cap: Duration,
     pub runtimes: Vec<RuntimeKind>,
@@ -173,7 +179,9 @@ impl Args {
         if concurrency.contains(&0) {
             return Err("--concurrency values must be > 0".into());
         }
-        if self.rounds == 0 {
+        let rounds = self.rounds.unwrap_or(if q { 1 } else { 3 });
+        let study_rounds = self.rounds.unwrap_or(1);
+        if rounds == 0 {
             return Err("--rounds must be > 0".into());
         }
         let mut kube_pods =
@@ -200,7 +208,8 @@ impl Args {
             iterations: self.iterations.unwrap_or(if q { 10 } else { 30 }),
             warmup: self.warmup.unwrap_or(if q { 1 } else { 3 }),
             concurrency,
-            rounds: self.rounds,
+            rounds,
+            study_rounds,
             stop_samples: self.stop_samples.unwrap_or(if q { 1 } else { 3 }),
             stop_cap: Duration::from_secs(self.stop_cap),
             runtimes,
@@ -248,8 +257,13 @@ mod tests {
             (p.iterations, p.concurrency.clone(), p.stop_samples),
             (10, vec![50], 1)
         );
+        assert_eq!((p.rounds, p.study_rounds), (1, 1));
         let p = plan(&[]).unwrap();
         assert_eq!((p.iterations, p.concurrency), (30, vec![50, 200]));
+        assert_eq!((p.rounds, p.study_rounds), (3, 1));
+        let p = plan(&["--rounds", "2"]).unwrap();
+        assert_eq!((p.rounds, p.study_rounds), (2, 2));
+        assert!(plan(&["--rounds", "0"]).is_err());
     }
 
     #[test]

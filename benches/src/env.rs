@@ -90,6 +90,27 @@ impl BenchEnv {
     }
 }
 
+/// Copies containerd's log, which holds the shims' logs too (containerd
+/// copies each shim's `log` fifo into it), to `out_dir/name` before the
+/// instance and its directory go: a failure in any phase can then be read
+/// afterwards. Returns a line for the report's notes.
+pub fn keep_log(log: &Path, out_dir: &Path, name: &str) -> String {
+    let to = out_dir.join(name);
+    let copied = std::fs::create_dir_all(out_dir).and_then(|()| std::fs::copy(log, &to));
+    match copied {
+        Ok(bytes) => format!(
+            "containerd's log (with the shims' logs): {} ({} KiB)",
+            to.display(),
+            bytes.div_ceil(1024)
+        ),
+        Err(e) => format!(
+            "containerd's log could not be kept ({} to {}): {e}",
+            log.display(),
+            to.display()
+        ),
+    }
+}
+
 /// The no-op shim, built next to this executable.
 fn noop_shim() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
@@ -126,4 +147,31 @@ pub fn find_rund_bins() -> Result<PathBuf, EnvError> {
         .find(|d| [SHIM_BIN, AGENT_BIN].iter().all(|b| d.join(b).is_file()))
         .map(|d| std::fs::canonicalize(d).unwrap_or_else(|_| d.clone()))
         .ok_or(EnvError::RundMissing(candidates))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keep_log_copies_the_log_into_the_out_dir_or_says_why_not() {
+        let tmp = tempfile::tempdir().unwrap();
+        let log = tmp.path().join("containerd.log");
+        std::fs::write(&log, vec![b'x'; 3000]).unwrap();
+        let out = tmp.path().join("a/b");
+        let note = keep_log(&log, &out, "containerd-kube.log");
+        assert_eq!(
+            std::fs::read(out.join("containerd-kube.log"))
+                .unwrap()
+                .len(),
+            3000
+        );
+        assert!(note.ends_with("containerd-kube.log (3 KiB)"), "{note}");
+        let note = keep_log(&tmp.path().join("gone.log"), &out, "x.log");
+        assert!(
+            note.starts_with("containerd's log could not be kept"),
+            "{note}"
+        );
+        assert!(!out.join("x.log").exists());
+    }
 }

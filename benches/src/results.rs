@@ -162,6 +162,8 @@ pub struct CriStudy {
     pub warmup: BTreeMap<String, SampleSet>,
     /// Pods whose StopPodSandbox/RemovePodSandbox failed (never timed).
     pub teardown_failures: usize,
+    /// Where containerd's log was kept (or why not).
+    pub log: String,
     /// rund handlers: the shim's own time per pod.
     pub own: BTreeMap<String, OwnTime>,
 }

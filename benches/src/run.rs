@@ -58,7 +58,7 @@ fn pool_options<'a>(p: &'a Plan, bin_dir: Option<&'a std::path::Path>) -> pool::
     pool::Options {
         iterations: p.feature_iterations,
         concurrency: &p.concurrency,
-        rounds: p.rounds,
+        rounds: p.study_rounds,
         cycles: p.pool_cycles,
         rund_bin_dir: bin_dir,
     }
@@ -68,9 +68,10 @@ fn kube_options(p: &Plan) -> kube::Options<'_> {
     kube::Options {
         pods: &p.kube_pods,
         samples: p.kube_samples,
-        rounds: p.rounds,
+        rounds: p.study_rounds,
         settle: p.kube_settle,
         with_rund: p.runtimes.contains(&RuntimeKind::Rund),
+        out_dir: &p.out_dir,
     }
 }
 
@@ -200,7 +201,7 @@ pub fn run(p: &Plan) -> Result<Results, EnvError> {
     }
     if p.cri && !interrupted() {
         // Its own containerd (2.1, CRI, a pod network); the first one idles.
-        res.cri = Some(cri::run(p.cri_pods, with_rund, &progress));
+        res.cri = Some(cri::run(p.cri_pods, with_rund, &p.out_dir, &progress));
     }
     progress.phase("clean-up");
     let left = env.sweep();
@@ -216,6 +217,8 @@ pub fn run(p: &Plan) -> Result<Results, EnvError> {
         );
     }
     add_notes(&mut res);
+    let kept = crate::env::keep_log(&env.containerd.log, &p.out_dir, "containerd.log");
+    res.notes.push(kept);
     drop(env); // stops containerd by pid and removes its directory
     res.meta.duration_s = t_all.elapsed().as_secs_f64();
     res.table = figures::build(&res);

@@ -80,7 +80,7 @@ fn podsandbox_runtime() -> String {
         .to_string()
 }
 
-pub fn run(pods: usize, with_rund: bool, progress: &Progress) -> CriStudy {
+pub fn run(pods: usize, with_rund: bool, out_dir: &Path, progress: &Progress) -> CriStudy {
     let mut study = CriStudy::default();
     let handlers: Vec<(&str, &str)> = HANDLERS
         .iter()
@@ -170,6 +170,7 @@ pub fn run(pods: usize, with_rund: bool, progress: &Progress) -> CriStudy {
         }
     }
     progress.inc(((HANDLERS.len() - handlers.len()) * (pods + 1)) as u64);
+    study.log = crate::env::keep_log(&ctd.log, out_dir, "containerd-cri.log");
     study
     // `ctd` drops here: containerd stops and its pod network goes.
 }

@@ -156,13 +156,19 @@ pub fn build(results: &Results) -> Vec<TableRow> {
                     .sum()
             })
         };
-        let rounds = format!(
+        let mut rounds = format!(
             "rounds without failures {}/{} / {}/{}",
             clean(&rd).len(),
             rd.len(),
             clean(&rc).len(),
             rc.len()
         );
+        if rd.len().max(rc.len()).max(rf.len()) > 1 {
+            rounds.push_str(&format!(
+                "; each round (s): {}",
+                round_walls(&[("rund", &rd), ("runc-v2", &rc), ("floor", &rf)])
+            ));
+        }
         let wall_row = with_floor(
             row(
                 format!("{n} concurrent: wall until all running"),
@@ -286,6 +292,28 @@ fn stop_rows(results: &Results, rows: &mut Vec<TableRow>) {
     ));
 }
 
+/// "rund 0.62 0.58 0.71, runc-v2 …": each round's wall in run order, "fail"
+/// for a round with failures.
+fn round_walls(sets: &[(&str, &[&ConcurrentRun])]) -> String {
+    sets.iter()
+        .filter(|(_, runs)| !runs.is_empty())
+        .map(|(name, runs)| {
+            let walls: Vec<String> = runs
+                .iter()
+                .map(|r| {
+                    if r.failures == 0 {
+                        format!("{:.2}", r.wall_ms / 1e3)
+                    } else {
+                        "fail".into()
+                    }
+                })
+                .collect();
+            format!("{name} {}", walls.join(" "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,5 +341,39 @@ mod tests {
             Some(3.0),
         );
         assert_eq!(above_floor("y".into(), "s", &below).unwrap().ratio, None);
+    }
+
+    fn burst(runtime: RuntimeKind, round: usize, wall_ms: f64, failures: usize) -> ConcurrentRun {
+        ConcurrentRun {
+            runtime,
+            variant: None,
+            n: 200,
+            round,
+            wall_ms,
+            started: 200 - failures,
+            running: 200 - failures,
+            errors: Vec::new(),
+            failures,
+            latencies_ms: Vec::new(),
+            latency: None,
+            density: None,
+            teardown: None,
+        }
+    }
+
+    #[test]
+    fn round_walls_lists_each_round_in_order_and_marks_failed_ones() {
+        let rd = [
+            burst(RuntimeKind::Rund, 0, 2630.0, 0),
+            burst(RuntimeKind::Rund, 1, 1960.4, 0),
+            burst(RuntimeKind::Rund, 2, 2100.0, 3),
+        ];
+        let rc = [burst(RuntimeKind::Runc, 0, 7760.0, 0)];
+        let (rd, rc): (Vec<&ConcurrentRun>, Vec<&ConcurrentRun>) =
+            (rd.iter().collect(), rc.iter().collect());
+        assert_eq!(
+            round_walls(&[("rund", &rd), ("runc-v2", &rc), ("floor", &[])]),
+            "rund 2.63 1.96 fail, runc-v2 7.76"
+        );
     }
 }

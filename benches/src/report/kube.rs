@@ -201,6 +201,9 @@ fn notes(s: &mut String, study: &KubeStudy) {
     if !study.note.is_empty() {
         let _ = writeln!(s, "- note: {}", study.note);
     }
+    if !study.log.is_empty() {
+        let _ = writeln!(s, "- {}", study.log);
+    }
 }
 
 #[cfg(test)]

@@ -169,6 +169,9 @@ pub fn render_cri(c: &CriStudy) -> String {
             c.teardown_failures
         );
     }
+    if !c.log.is_empty() {
+        let _ = writeln!(s, "\n- {}", c.log);
+    }
     s
 }
 

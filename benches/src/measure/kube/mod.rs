@@ -32,6 +32,8 @@ pub struct Options<'a> {
     /// Wait before the second dying count.
     pub settle: Duration,
     pub with_rund: bool,
+    /// Where containerd's log is kept.
+    pub out_dir: &'a std::path::Path,
 }
 
 impl Options<'_> {
@@ -81,6 +83,7 @@ mod tests {
             rounds: 2,
             settle: Duration::ZERO,
             with_rund: true,
+            out_dir: std::path::Path::new("/nonexistent"),
         };
         assert_eq!(o.rounds_of(1), vec![3, 2]);
         assert_eq!(o.rounds_of(50), vec![50, 50]);

@@ -26,6 +26,8 @@ pub struct KubeStudy {
     pub runs: Vec<KubeRun>,
     /// What the final clean-up could not remove.
     pub cleanup_errors: Vec<String>,
+    /// Where containerd's log was kept (or why not).
+    pub log: String,
 }
 
 /// One handler at one N, one round.

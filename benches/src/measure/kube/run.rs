@@ -125,6 +125,7 @@ pub fn run(o: &Options, progress: &Progress) -> KubeStudy {
         cri.remove_pod(&p.id);
     }
     study.cleanup_errors = ctx.layout.sweep(&parent_rel);
+    study.log = crate::env::keep_log(&ctd.log, o.out_dir, "containerd-kube.log");
     study.handlers = hs;
     study
     // `ctd` drops here: containerd stops, its shims go, its dir is removed.
