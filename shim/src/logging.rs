@@ -45,6 +45,41 @@ pub fn init(path: &std::path::Path, debug: bool) {
         .with(fmt)
         .with(crate::phase_layer::layer())
         .try_init();
+    log_panics();
+}
+
+/// A panic's message goes to the log: the server's stderr is /dev/null, so
+/// the default hook's message would be lost with the process. Written
+/// directly, not through tracing (the panic may be inside it). The process
+/// then aborts in every build, as a release build does (`panic = "abort"`):
+/// a task's panic must not leave a half-served pod behind a live socket.
+fn log_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let _ = SharedLog.write_all(panic_line(info).as_bytes());
+        std::process::abort();
+    }));
+}
+
+fn panic_line(info: &std::panic::PanicHookInfo<'_>) -> String {
+    let payload = info.payload();
+    let message = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)");
+    let at = info.location().map(|l| l.to_string()).unwrap_or_default();
+    one_line(
+        std::process::id(),
+        std::thread::current().name().unwrap_or("<unnamed>"),
+        &at,
+        message,
+    )
+}
+
+/// One log line: containerd copies the log line by line.
+fn one_line(pid: u32, thread: &str, at: &str, message: &str) -> String {
+    let message = message.replace('\n', " ");
+    format!("rund shim {pid}: thread '{thread}' panicked at {at}: {message}; aborting\n")
 }
 
 /// A handle on the shared log file; writes go nowhere before `init`.
@@ -68,4 +103,17 @@ pub fn agent_log_fd() -> Option<OwnedFd> {
     LOG.get()
         .and_then(|f| f.try_clone().ok())
         .map(OwnedFd::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_is_one_line_with_its_thread_place_and_message() {
+        assert_eq!(
+            one_line(7, "tokio-rt-worker", "shim/src/a.rs:3:9", "bad\nstate"),
+            "rund shim 7: thread 'tokio-rt-worker' panicked at shim/src/a.rs:3:9: bad state; aborting\n"
+        );
+    }
 }

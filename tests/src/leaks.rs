@@ -11,7 +11,7 @@
 //!   /run/containerd/s and /run/rund held by an owned process;
 //! - bundles: dirs under `<state>/io.containerd.runtime.v2.task/<ns>/`.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -26,6 +26,8 @@ const GLOBAL_SOCKET_DIRS: &[&str] = &["/run/containerd/s", "/run/rund"];
 pub struct ProcInfo {
     pub pid: u32,
     pub ppid: u32,
+    /// Clock ticks after boot (`stat` field 22): with the pid, one process across its execs.
+    pub start: u64,
     pub comm: String,
     pub cmdline: String,
 }
@@ -35,8 +37,9 @@ pub struct ProcInfo {
 pub struct LeakSnapshot {
     pub mounts: BTreeSet<String>,
     pub cgroups: BTreeSet<String>,
-    /// "pid comm cmdline"
-    pub processes: BTreeSet<String>,
+    /// "pid@start" -> "pid comm cmdline": a process is the same one across an exec (a
+    /// container's init becoming its workload), so only new pids (or reused ones) count.
+    pub processes: BTreeMap<String, String>,
     pub sockets: BTreeSet<String>,
     pub bundles: BTreeSet<String>,
 }
@@ -67,7 +70,12 @@ impl LeakSnapshot {
             cgroups: cgroup_dirs(&ctd.cgroup_roots()),
             processes: procs
                 .iter()
-                .map(|p| format!("{} {} {}", p.pid, p.comm, p.cmdline))
+                .map(|p| {
+                    (
+                        format!("{}@{}", p.pid, p.start),
+                        format!("{} {} {}", p.pid, p.comm, p.cmdline),
+                    )
+                })
                 .collect(),
             sockets,
             bundles: bundles(ctd),
@@ -77,15 +85,20 @@ impl LeakSnapshot {
     /// What `after` has that `self` (before) has not, as readable text; `None` when clean.
     pub fn diff(&self, after: &LeakSnapshot) -> Option<String> {
         let mut out = String::new();
-        let sections = [
-            ("mounts", &self.mounts, &after.mounts),
-            ("cgroups", &self.cgroups, &after.cgroups),
-            ("processes", &self.processes, &after.processes),
-            ("sockets", &self.sockets, &after.sockets),
-            ("bundles", &self.bundles, &after.bundles),
+        let new_procs: Vec<&String> = after
+            .processes
+            .iter()
+            .filter(|(k, _)| !self.processes.contains_key(*k))
+            .map(|(_, v)| v)
+            .collect();
+        let sections: [(&str, Vec<&String>); 5] = [
+            ("mounts", after.mounts.difference(&self.mounts).collect()),
+            ("cgroups", after.cgroups.difference(&self.cgroups).collect()),
+            ("processes", new_procs),
+            ("sockets", after.sockets.difference(&self.sockets).collect()),
+            ("bundles", after.bundles.difference(&self.bundles).collect()),
         ];
-        for (name, before, after) in sections {
-            let new: Vec<&String> = after.difference(before).collect();
+        for (name, new) in sections {
             if !new.is_empty() {
                 out.push_str(&format!("leaked {name}:\n"));
                 for n in new {
@@ -229,7 +242,9 @@ fn read_proc(pid: u32) -> Option<(ProcInfo, String, String)> {
     // comm may hold spaces and parens: split at the last ')'.
     let (head, tail) = stat.rsplit_once(')')?;
     let comm = head.split_once('(')?.1.to_owned();
-    let ppid = tail.split_whitespace().nth(1)?.parse().ok()?;
+    let fields: Vec<&str> = tail.split_whitespace().collect();
+    let ppid = fields.get(1)?.parse().ok()?;
+    let start = fields.get(19)?.parse().ok()?;
     let nul = |b: Vec<u8>| {
         String::from_utf8_lossy(&b)
             .replace('\0', " ")
@@ -243,6 +258,7 @@ fn read_proc(pid: u32) -> Option<(ProcInfo, String, String)> {
         ProcInfo {
             pid,
             ppid,
+            start,
             comm,
             cmdline,
         },
@@ -427,14 +443,32 @@ mod tests {
         before.mounts.insert("old".into());
         let mut after = before.clone();
         assert!(before.diff(&after).is_none());
-        after.processes.insert("42 shim".into());
+        after
+            .processes
+            .insert("42@100".into(), "42 shim containerd-shim-rund-v2".into());
         after.mounts.remove("old");
         let d = before.diff(&after).unwrap();
         assert!(
-            d.contains("leaked processes") && d.contains("+ 42 shim"),
+            d.contains("leaked processes") && d.contains("+ 42 shim containerd-shim-rund-v2"),
             "{d}"
         );
         assert!(!d.contains("old"), "{d}");
+        // The same process after an exec (an init becoming its workload) is no leak; a reused
+        // pid (a new start time) is.
+        let mut before = after.clone();
+        before
+            .processes
+            .insert("43@200".into(), "43 rund-init rund-init".into());
+        let mut after = before.clone();
+        after
+            .processes
+            .insert("43@200".into(), "43 sleep sleep 100000".into());
+        assert!(before.diff(&after).is_none());
+        after.processes.remove("42@100");
+        after
+            .processes
+            .insert("42@900".into(), "42 sleep sleep 1".into());
+        assert!(before.diff(&after).unwrap().contains("+ 42 sleep sleep 1"));
     }
 
     #[test]

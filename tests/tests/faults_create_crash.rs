@@ -3,7 +3,8 @@
 //! to shims) makes it SIGKILL itself there, so no timing luck is involved. containerd then runs
 //! `containerd-shim-rund-v2 delete`, which must leave nothing: no mount (the rootfs, idmapped
 //! lower layers staged in the bundle), process, cgroup, lease, pool slot or state file; and the
-//! next Create, in a new pod, works. Every pod is remapped, so leases are in play.
+//! next Create, in a new pod, works. Every pod is remapped, so leases are in play. The same
+//! holds when the shim panics there (`panic:create:<phase>@<id>`), and the panic is in the log.
 
 use rund_tests::faults::{FaultEnv, GRACE};
 use rund_tests::{ContainerdOpts, RunSpec};
@@ -19,10 +20,30 @@ fn crash_at(phase: &str, image: bool) {
 
 /// [`crash_at`] with `config` added to rund's (`mode` names the test).
 fn crash_in(phase: &str, image: bool, mode: &str, config: &str) {
-    let test = format!("shim_killed_at_create_{phase}{mode}");
+    crash_as(Crash::Killed, phase, image, mode, config);
+}
+
+/// How the shim dies at the failpoint.
+#[derive(Clone, Copy, PartialEq)]
+enum Crash {
+    Killed,
+    /// A panic: its message must reach containerd's log (the server's stderr is /dev/null),
+    /// and the shim must abort, as a release build does.
+    Panicked,
+}
+
+fn crash_as(crash: Crash, phase: &str, image: bool, mode: &str, config: &str) {
+    let (how, action) = match crash {
+        Crash::Killed => ("killed", ""),
+        Crash::Panicked => ("panicked", "panic:"),
+    };
+    let test = format!("shim_{how}_at_create_{phase}{mode}");
     let victim = format!("v-{phase}");
     let opts = ContainerdOpts {
-        env: vec![(FAILPOINT_ENV.into(), format!("create:{phase}@{victim}"))],
+        env: vec![(
+            FAILPOINT_ENV.into(),
+            format!("{action}create:{phase}@{victim}"),
+        )],
         ..ContainerdOpts::new()
     };
     let Some(env) = FaultEnv::start(&test, opts, "", &format!("{USERNS}{config}")) else {
@@ -60,6 +81,20 @@ fn crash_in(phase: &str, image: bool, mode: &str, config: &str) {
         "the shim died at {phase}, not elsewhere: {out:?}\n{}",
         env.ctd.log_tail(40)
     );
+    if crash == Crash::Panicked {
+        let line = log
+            .lines()
+            .find(|l| l.contains("panicked at"))
+            .unwrap_or_else(|| panic!("no panic in the log:\n{}", env.ctd.log_tail(40)));
+        assert!(
+            line.contains("rund shim ")
+                && line.contains(&format!(
+                    "failpoint create:{phase}: a panic in Create of {victim}"
+                ))
+                && line.ends_with("; aborting"),
+            "the panic's thread, place and message, then the abort: {line}"
+        );
+    }
     env.ctd
         .wait_for_status(&victim, "absent", GRACE)
         .expect("no task is left");
@@ -114,6 +149,18 @@ fn shim_killed_at_create_agent() {
 #[test]
 fn shim_killed_at_create_placed() {
     crash_at("placed", false);
+}
+
+/// A panic in Create (a bug, not a kill): logged where containerd keeps the shim's log, the
+/// shim aborts, and containerd's clean-up leaves nothing, as after a kill.
+#[test]
+fn shim_panicked_at_create_rootfs() {
+    crash_as(Crash::Panicked, "rootfs", true, "", "");
+}
+
+#[test]
+fn shim_panicked_at_create_agent() {
+    crash_as(Crash::Panicked, "agent", false, "", "");
 }
 
 const PER_NODE: &str = "[shim]\nmode = \"per-node\"\n";
