@@ -13,11 +13,14 @@ def main():
     p.add_argument("--vm-secs", type=int, default=0)
     p.add_argument("--total-secs", type=int, default=0)
     a = p.parse_args()
-    results = []
+    results = {}
     with open(os.path.join(a.out, "results.tsv")) as f:
         for line in f:
             key, res, secs, note = (line.rstrip("\n").split("\t") + [""] * 4)[:4]
-            results.append((key, res, int(secs or 0), note))
+            # A boot after a wedged one records its set-up steps again: the last counts.
+            results.pop(key, None)
+            results[key] = (key, res, int(secs or 0), note)
+    results = list(results.values())
     seen = {r[0] for r in results}
     with open(os.path.join(a.out, "plan.tsv")) as f:
         for line in f:
@@ -33,6 +36,11 @@ def main():
         f"vm: tests {sum(r[2] for r in results)}s, VM {a.vm_secs}s, with the build "
         f"{a.total_secs}s; logs in {os.path.join(a.out, 'logs')}"
     )
+    wedged = os.path.join(a.out, "wedged")
+    if os.path.exists(wedged):
+        with open(wedged) as f:
+            for where in f.read().split():
+                lines.append(f"vm: the guest wedged in {where} (no write for the stall limit); it was stopped and booted again")
     lines.append(f"{a.suite}: {passed} passed, {failed} failed, {skipped} skipped")
     text = "\n".join(lines) + "\n"
     with open(os.path.join(a.out, "summary.txt"), "w") as f:

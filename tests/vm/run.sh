@@ -14,7 +14,11 @@
 # (default the newest /boot/vmlinuz-6.1.0-*-amd64), RUND_VM_MEMORY (4G), RUND_VM_CPUS (2),
 # RUND_VM_KVM (auto: KVM only when a probe boot works; 0: TCG; 1: KVM), RUND_VM_TIMEOUT (the
 # whole VM, default 2700 s; --timeout is per test, default 600 s), RUND_VM_BLOCK (1: the tests'
-# ext4 is a virtio disk, a sparse file in --out, instead of a loop device), CARGO.
+# ext4 is a virtio disk, a sparse file in --out, instead of a loop device), RUND_VM_STALL (the
+# seconds without a write to --out after which the guest counts as wedged: it is stopped and
+# booted once more, resuming after its last recorded test; default --timeout + 120), CARGO.
+# `--env RUND_VM_TEST_WEDGE=bin::test` makes the first boot stand still at that test, to check
+# the watchdog and the resume.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 ws=$(cd "$here/../.." && pwd)
@@ -85,16 +89,67 @@ if [ "${RUND_VM_BLOCK:-0}" = 1 ]; then
     disk_flag="--disk $out/disk.img" block=" --block"
 fi
 
+# One boot; the guest script prints its progress and writes its results under $out. `timeout`
+# leads its own process group (its pid, in vm.pid), so the watchdog can stop the whole VM.
+boot_vm() {
+    set +e
+    PATH=$(dirname "$vng"):$PATH bash -c 'echo $$ >"$0"; exec "$@"' "$out/vm.pid" \
+        timeout "${RUND_VM_TIMEOUT:-2700}" \
+        "$vng" $kvm_flag -r "$kernel" --memory "${RUND_VM_MEMORY:-4G}" --cpus "${RUND_VM_CPUS:-2}" \
+        --rwdir "$out" --cwd "$ws" $disk_flag \
+        -- "bash $here/guest.sh --out $out --suite $suite --timeout $timeout --runtime '$runtime'$block $ignored$envs$1" \
+        </dev/null 2>&1 | tee -a "$out/console.log"
+    return "${PIPESTATUS[0]}"
+}
+
+# A TCG guest has wedged (both vCPUs busy, its own per-test `timeout` never firing, nothing
+# written for 20 minutes): waits for boot $1, stopping it once $out has not been written for
+# $stall seconds (a test writes its log when it starts and when it ends; the guest's timeout
+# ends any test within --timeout). Returns the boot's status, or 3 when it was stopped.
+stall=${RUND_VM_STALL:-$((timeout + 120))}
+watch_vm() {
+    local pid=$1 last idle group
+    while kill -0 "$pid" 2>/dev/null; do
+        sleep 5
+        last=$(stat -c %Y "$out" "$out/logs" "$out"/*.log "$out/results.tsv" "$out"/logs/* \
+            2>/dev/null | sort -n | tail -1)
+        idle=$(($(date +%s) - ${last:-$(date +%s)}))
+        [ "$idle" -gt "$stall" ] || continue
+        say "nothing written to $out for ${idle}s (limit ${stall}s): the guest is wedged; stopping it"
+        group=$(cat "$out/vm.pid" 2>/dev/null || true)
+        if [ -n "$group" ]; then
+            kill -TERM -- "-$group" 2>/dev/null || true
+            sleep 10
+            kill -KILL -- "-$group" 2>/dev/null || true
+        fi
+        wait "$pid" 2>/dev/null || true
+        return 3
+    done
+    wait "$pid"
+}
+
+# The test a wedged boot was in: the newest log without a result.
+wedged_in() {
+    local log
+    log=$(ls -t "$out"/logs/*.log 2>/dev/null | head -1)
+    if [ -n "$log" ]; then basename "$log" .log; else echo "the boot, before any test"; fi
+}
+
 vm_start=$(date +%s)
-set +e
-# The guest script prints its progress; the results are files under $out.
-PATH=$(dirname "$vng"):$PATH timeout "${RUND_VM_TIMEOUT:-2700}" \
-    "$vng" $kvm_flag -r "$kernel" --memory "${RUND_VM_MEMORY:-4G}" --cpus "${RUND_VM_CPUS:-2}" \
-    --rwdir "$out" --cwd "$ws" $disk_flag \
-    -- "bash $here/guest.sh --out $out --suite $suite --timeout $timeout --runtime '$runtime'$block $ignored$envs" \
-    </dev/null 2>&1 | tee "$out/console.log"
-vm_rc=${PIPESTATUS[0]}
-set -e
+resume=
+for attempt in 1 2; do
+    boot_vm "$resume" &
+    set +e
+    watch_vm $!
+    vm_rc=$?
+    set -e
+    if [ "$vm_rc" -ne 3 ] || [ -f "$out/done" ] || [ "$attempt" = 2 ]; then
+        break
+    fi
+    echo "$(wedged_in)" >>"$out/wedged"
+    say "booting once more, resuming after the last recorded test"
+    resume=" --resume"
+done
 vm_secs=$(($(date +%s) - vm_start))
 
 if [ ! -f "$out/done" ]; then
