@@ -108,12 +108,15 @@ boot_vm() {
 # ends any test within --timeout). Returns the boot's status, or 3 when it was stopped.
 stall=${RUND_VM_STALL:-$((timeout + 120))}
 watch_vm() {
-    local pid=$1 last idle group
+    local pid=$1 booted last idle group
+    booted=$(date +%s)
     while kill -0 "$pid" 2>/dev/null; do
         sleep 5
-        last=$(stat -c %Y "$out" "$out/logs" "$out"/*.log "$out/results.tsv" "$out"/logs/* \
-            2>/dev/null | sort -n | tail -1)
-        idle=$(($(date +%s) - ${last:-$(date +%s)}))
+        # The guest's own files only (console.log is the host's copy of the console, which a
+        # wedged kernel may keep printing to), and no earlier than this boot.
+        last=$( (echo "$booted"; stat -c %Y "$out/logs" "$out/guest.log" "$out/results.tsv" \
+            "$out"/logs/* 2>/dev/null) | sort -n | tail -1)
+        idle=$(($(date +%s) - last))
         [ "$idle" -gt "$stall" ] || continue
         say "nothing written to $out for ${idle}s (limit ${stall}s): the guest is wedged; stopping it"
         group=$(cat "$out/vm.pid" 2>/dev/null || true)
