@@ -12,6 +12,8 @@ use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use ttrpc::r#async::transport::{Listener, Socket};
 
+use crate::quiet::Quiet;
+
 /// A ttrpc frame header: length (4), stream id (4), type (1), flags (1).
 const HEADER: usize = 10;
 
@@ -199,14 +201,18 @@ impl<S: AsyncRead + Unpin> AsyncRead for Coalesced<S> {
 /// A ttrpc listener whose connections write whole frames.
 pub fn listener(l: tokio::net::UnixListener) -> Listener {
     Listener::new(futures::stream::unfold(l, |l| async move {
-        let conn = l.accept().await.map(|(s, _)| Coalesced::new(s));
+        let conn = l
+            .accept()
+            .await
+            .and_then(|(s, _)| Quiet::from_tokio(s))
+            .map(Coalesced::new);
         Some((conn, l))
     }))
 }
 
 /// A ttrpc client socket that writes whole frames.
-pub fn socket(s: tokio::net::UnixStream) -> Socket {
-    Socket::new(Coalesced::new(s))
+pub fn socket(s: std::os::unix::net::UnixStream) -> io::Result<Socket> {
+    Ok(Socket::new(Coalesced::new(Quiet::new(s.into())?)))
 }
 
 /// Connects to a ttrpc server at `unix://path`, `path` or `@abstract`.
@@ -218,9 +224,7 @@ pub fn connect(address: &str) -> io::Result<Socket> {
         Some(name) => SocketAddr::from_abstract_name(name)?,
         None => SocketAddr::from_pathname(path)?,
     };
-    let s = UnixStream::connect_addr(&addr)?;
-    s.set_nonblocking(true)?;
-    Ok(socket(tokio::net::UnixStream::from_std(s)?))
+    socket(UnixStream::connect_addr(&addr)?)
 }
 
 #[cfg(test)]

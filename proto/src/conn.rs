@@ -5,16 +5,14 @@
 use std::os::fd::OwnedFd;
 
 use futures::stream::{self, StreamExt};
-use tokio::net::UnixStream;
 use ttrpc::r#async::transport::{Listener, Socket};
 use ttrpc::r#async::Client;
 
 use crate::coalesce::Coalesced;
+use crate::quiet::Quiet;
 
-fn tokio_stream(fd: OwnedFd) -> std::io::Result<Coalesced<UnixStream>> {
-    let std_stream = std::os::unix::net::UnixStream::from(fd);
-    std_stream.set_nonblocking(true)?;
-    UnixStream::from_std(std_stream).map(Coalesced::new)
+fn tokio_stream(fd: OwnedFd) -> std::io::Result<Coalesced<Quiet>> {
+    Quiet::new(fd).map(Coalesced::new)
 }
 
 /// A "listener" that yields the one connected stream, then nothing.

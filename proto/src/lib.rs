@@ -5,6 +5,7 @@ pub mod coalesce;
 pub mod conn;
 pub mod fdpass;
 pub mod launch;
+pub mod quiet;
 pub mod sysctl;
 
 /// Bumped on every incompatible change to this crate's wire formats; the

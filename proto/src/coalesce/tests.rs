@@ -185,9 +185,7 @@ fn ttrpc_sends_a_request_as_one_write() {
         .unwrap();
     let record = rt.block_on(async {
         let std_a = std::os::unix::net::UnixStream::from(a);
-        std_a.set_nonblocking(true).unwrap();
-        let client =
-            ttrpc::r#async::Client::new(socket(tokio::net::UnixStream::from_std(std_a).unwrap()));
+        let client = ttrpc::r#async::Client::new(socket(std_a).unwrap());
         let req = ttrpc::proto::Request {
             service: "rund.Test".into(),
             method: "Ping".into(),

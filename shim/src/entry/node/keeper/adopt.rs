@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use containerd_shim_protos::ttrpc::r#async::transport::Listener;
 use futures::stream::{self, StreamExt};
-use tokio::net::{UnixListener, UnixStream};
+use rund_proto::quiet::Quiet;
+use tokio::net::UnixListener;
 
 use super::stash::{self, Item, Kept, KeptStream, Msg, Stash};
 use crate::entry::node::server::{serve_until_exit, Node};
@@ -197,19 +198,16 @@ pub(in crate::entry::node) fn accepts(
             kept.answered(stream);
         }
         s.set_nonblocking(true)?;
-        old.push(Ok(KeptStream::new(
-            UnixStream::from_std(s)?,
-            kept,
-            replayed,
-        )));
+        old.push(Ok(KeptStream::new(Quiet::new(s.into())?, kept, replayed)));
     }
     let (stash, socket) = (node.stash.clone(), socket.to_string());
     let new = stream::unfold((listener, listener_kept), move |(listener, kept)| {
         let (stash, socket) = (stash.clone(), socket.clone());
         async move {
-            let conn = listener.accept().await.map(|(s, _)| {
+            let conn = listener.accept().await.and_then(|(s, _)| {
+                let s = Quiet::from_tokio(s)?;
                 let k = stash.keep(Item::Conn { socket }, &[s.as_fd()]);
-                KeptStream::new(s, k, Vec::new())
+                Ok(KeptStream::new(s, k, Vec::new()))
             });
             Some((conn, (listener, kept)))
         }

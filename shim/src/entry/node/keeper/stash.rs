@@ -14,9 +14,9 @@ use std::collections::HashSet;
 
 use rund_proto::coalesce::Coalesced;
 use rund_proto::fdpass::{self, FdPassError};
+use rund_proto::quiet::Quiet;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::UnixStream;
 
 use super::inflight::{Frames, Seen};
 
@@ -174,7 +174,7 @@ impl Drop for Kept {
 /// A containerd connection whose copy the keeper holds while it is open,
 /// with the requests open on it.
 pub struct KeptStream {
-    stream: Coalesced<UnixStream>,
+    stream: Coalesced<Quiet>,
     kept: Kept,
     /// Replayed requests, read before the socket.
     prefix: Vec<u8>,
@@ -186,7 +186,7 @@ pub struct KeptStream {
 
 impl KeptStream {
     /// `prefix`: the frames of the long polls a dead node shim left open.
-    pub fn new(stream: UnixStream, kept: Kept, prefix: Vec<u8>) -> Self {
+    pub fn new(stream: Quiet, kept: Kept, prefix: Vec<u8>) -> Self {
         KeptStream {
             stream: Coalesced::new(stream),
             kept,
