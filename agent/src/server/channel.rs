@@ -21,11 +21,14 @@ pub fn nonblocking(fd: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
-/// Registers an owned socket with the runtime.
+/// Registers an owned socket with the runtime, for reads only: sends go
+/// straight out, and a writability interest would wake the runtime each time
+/// the peer reads.
 pub fn register(fd: OwnedFd) -> io::Result<AsyncFd<OwnedFd>> {
     // SAFETY: the AsyncFd takes ownership of the OwnedFd, so the fd stays open
     // and unchanged until it is dropped or taken back with into_inner().
-    unsafe { AsyncFd::register(fd) }.map_err(|e| io::Error::other(e.to_string()))
+    unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(|e| io::Error::other(e.to_string()))
 }
 
 /// One fd batch: its kinds and fds.
