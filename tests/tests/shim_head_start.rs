@@ -1,6 +1,8 @@
 //! The head start (`[sandbox] head_start`, per-pod mode) through real containerd: a new pod
 //! shim launches its pod's agent as it starts, before containerd's Create arrives, and the pod
-//! claims it (in a network namespace made at the claim). A pod that would not fit the warm
+//! claims it. `start` reads the pod's spec: an agent for a pod that wants a network namespace
+//! of its own makes it at launch, one for a pod that joins one joins it at the claim. A pod
+//! that would not fit the warm
 //! template (a user namespace) gets no head start, `head_start = false` turns it off, and a pod
 //! whose Create fails leaves no agent behind.
 //!
@@ -11,6 +13,8 @@ use rund_tests::pernode::*;
 use rund_tests::{assert_no_leaks_within, Containerd, ContainerdOpts, LeakSnapshot};
 
 const LAUNCHED: &str = "head start: launching the pod's agent";
+const OWN_NET: &str = "head start: launching the pod's agent, in a network namespace of its own";
+const NODE_NET: &str = "head start: launching the pod's agent, in the node's network namespace";
 
 fn start(test: &str, config: &str) -> Option<Containerd> {
     let opts = ContainerdOpts {
@@ -62,8 +66,56 @@ fn a_pods_agent_is_launched_ahead_and_claimed() {
     assert_eq!((out.code(), out.stdout.trim()), (0, "lo"), "{out:?}");
     assert!(claimed(&ctd, "hs2"), "{}", log(&ctd));
     assert_eq!(log(&ctd).matches(LAUNCHED).count(), 2, "{}", log(&ctd));
+    assert_eq!(log(&ctd).matches(OWN_NET).count(), 2, "{}", log(&ctd));
 
     remove(&ctd, "hs1");
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
+
+fn net_ns(pid: u32) -> std::path::PathBuf {
+    std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap()
+}
+
+/// A pod that joins a network namespace (here another pod's, as a CRI pod joins the one CNI
+/// set up) gets an agent launched in the node's network namespace, which joins the pod's at the
+/// claim; each pod of its own gets a namespace made at launch, not the node's.
+#[test]
+fn a_pod_that_joins_a_network_namespace_claims_an_agent_without_one() {
+    let Some(ctd) = start(
+        "a_pod_that_joins_a_network_namespace_claims_an_agent_without_one",
+        "",
+    ) else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+    run_detached(&ctd, "hn1", &rootfs);
+    let owner = task_pid(&ctd, "hn1");
+    assert_ne!(
+        net_ns(owner),
+        net_ns(std::process::id()),
+        "hn1's own namespace"
+    );
+    assert!(log(&ctd).contains(OWN_NET), "{}", log(&ctd));
+
+    let mut joiner = spec(&ctd, "hn2", &rootfs, &["sleep", "100000"]);
+    joiner.detach = true;
+    joiner.flags.extend([
+        "--with-ns".to_string(),
+        format!("network:/proc/{owner}/ns/net"),
+    ]);
+    let out = ctd.run_spec(&joiner).unwrap();
+    assert!(out.success(), "{out:?}");
+    assert!(claimed(&ctd, "hn2"), "{}", log(&ctd));
+    assert_eq!(log(&ctd).matches(NODE_NET).count(), 1, "{}", log(&ctd));
+    let joined = task_pid(&ctd, "hn2");
+    assert_eq!(net_ns(joined), net_ns(owner), "hn2 is in hn1's namespace");
+    let agent = children_named(shim_of(joined).unwrap(), "rund-agent");
+    assert_eq!(agent.len(), 1, "{agent:?}");
+    assert_eq!(net_ns(agent[0]), net_ns(owner), "and so is its agent");
+
+    remove(&ctd, "hn2");
+    remove(&ctd, "hn1");
     assert_no_leaks_within(&ctd, &before, GRACE);
 }
 

@@ -55,11 +55,11 @@ pub fn run() -> ! {
 }
 
 /// What a warm agent is launched with: new pid, ipc and uts namespaces and
-/// nothing of any pod.
+/// nothing of any pod, but perhaps a new network namespace (a per-pod shim's
+/// head start for a pod that wants one, which the claim then keeps).
 fn warm_template(cfg: &LaunchConfig) -> bool {
     !cfg.userns
         && !cfg.host_pid
-        && !cfg.new_net
         && cfg.new_ipc
         && cfg.new_uts
         && cfg.hostname.is_none()
@@ -82,7 +82,7 @@ fn launch(sync: BorrowedFd<'_>) -> Result<(), LaunchError> {
     crate::log::set_debug(cfg.debug);
     if cfg.warm && !warm_template(&cfg) {
         return Err(LaunchError::Bad(
-            "a warm agent gets its pod's namespaces, hostname and sysctls at its claim, and no user namespace".into(),
+            "a warm agent gets its pod's hostname, sysctls and joined namespaces at its claim, and no user namespace".into(),
         ));
     }
     let mut ns: HashMap<String, OwnedFd> = HashMap::new();

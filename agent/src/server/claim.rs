@@ -1,6 +1,7 @@
 //! ClaimSandbox: a warm agent becomes one pod's sandbox. It was launched
-//! before the pod existed, in new pid, ipc, uts and mount namespaces; what
-//! only the pod can say comes now: its network namespace (joined, or made),
+//! before the pod existed, in new pid, ipc, uts and mount namespaces (and a
+//! new network namespace for a head start whose pod wants one); what only
+//! the pod can say comes now: its network namespace (joined, or made),
 //! its hostname and its sysctls. The agent is single-threaded here (a
 //! current-thread runtime), so the setns holds for every process it starts.
 

@@ -4,7 +4,6 @@
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use containerd_shim_protos::shim_async::create_task;
@@ -24,7 +23,8 @@ const TASK_V3: &str = "containerd.task.v3.Task";
 /// Set by `start` in the server it forks when the pod's spec fits the warm
 /// template: the server launches the pod's agent as it starts
 /// (`sandbox::head_start`).
-pub static HEAD_START: AtomicBool = AtomicBool::new(false);
+pub static HEAD_START: std::sync::Mutex<Option<crate::sandbox::head_start::Plan>> =
+    std::sync::Mutex::new(None);
 /// The config `start` read before it forked this server, from the same file
 /// the server would read (`config::ENV_PATH`, else the default path).
 static FORKED_CONFIG: std::sync::Mutex<Option<RundConfig>> = std::sync::Mutex::new(None);
@@ -92,8 +92,9 @@ async fn serve(flags: Flags) -> Result<(), EntryError> {
         service.set_config_in_force(path.into());
     }
     // The launch runs on a blocking thread while this one binds the socket.
-    if HEAD_START.load(Ordering::Relaxed) {
-        crate::task::begin_head_start(&service);
+    let head_start = *HEAD_START.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(plan) = head_start {
+        crate::task::begin_head_start(&service, plan);
     }
     let pod = open_pod(&flags.socket, service.clone()).await?;
     signal_started();

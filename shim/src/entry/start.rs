@@ -50,8 +50,10 @@ pub fn run(flags: &Flags) -> Result<(), EntryError> {
             super::node::hand_over(flags, &state_dir, &address, config_path)?;
         } else {
             let head_start = match (&config, &spec) {
-                (Ok(c), Some(spec)) => c.sandbox.head_start && crate::task::fits_template(spec, c),
-                _ => false,
+                (Ok(c), Some(spec)) if c.sandbox.head_start => {
+                    crate::task::head_start_plan(spec, c)
+                }
+                _ => None,
             };
             let server = Server {
                 started_as: reply.name(),
@@ -75,7 +77,7 @@ struct Server {
     started_as: &'static str,
     config_path: Option<String>,
     /// Launch the pod's agent at once ([`super::serve::HEAD_START`]).
-    head_start: bool,
+    head_start: Option<crate::sandbox::head_start::Plan>,
     /// The config `start` read: the forked server need not read it again.
     config: Option<RundConfig>,
 }
@@ -95,7 +97,9 @@ fn start_pod_server(flags: &Flags, address: &str, told: Server) -> Result<(), En
                 std::env::set_var(crate::config::ENV_PATH, p);
             }
         }
-        super::serve::HEAD_START.store(told.head_start, std::sync::atomic::Ordering::Relaxed);
+        *super::serve::HEAD_START
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = told.head_start;
         super::serve::hand_config(told.config);
         super::main_server(server)
     })?;

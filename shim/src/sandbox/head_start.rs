@@ -3,6 +3,8 @@
 //! starts, so the launch runs while containerd is still reading `start`'s
 //! reply, connecting and sending Create. The pod's first Create claims it
 //! like a warm agent if the pod fits the template; otherwise it is killed.
+//! `start` reads the pod's spec, so an agent for a pod that wants a network
+//! namespace of its own makes it at launch, off the Create's path.
 //! A per-pod shim starts one sandbox, so the agent is never replaced. If the
 //! shim dies first, the agent sees its socketpair close and exits.
 
@@ -16,19 +18,37 @@ use super::{spawn, Agent, SandboxError};
 
 type Launch = JoinHandle<Result<Agent, SandboxError>>;
 
+/// What `start` judged from the pod's spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    /// The pod wants a network namespace of its own (none to join).
+    pub new_net: bool,
+}
+
 pub struct HeadStart {
     agent_bin: std::path::PathBuf,
+    new_net: bool,
     launch: Mutex<Option<Launch>>,
 }
 
 impl HeadStart {
     /// Starts the launch in the background (call inside the runtime).
-    pub fn launch(template: Template) -> HeadStart {
+    pub fn launch(template: Template, plan: Plan) -> HeadStart {
         let agent_bin = template.agent_bin.clone();
-        let launch = tokio::spawn(async move { warm::launch(&template).await });
-        tracing::debug!("head start: launching the pod's agent");
+        let new_net = plan.new_net;
+        let launch = tokio::spawn(async move { warm::launch(&template, new_net).await });
+        if new_net {
+            tracing::debug!(
+                "head start: launching the pod's agent, in a network namespace of its own"
+            );
+        } else {
+            tracing::debug!(
+                "head start: launching the pod's agent, in the node's network namespace"
+            );
+        }
         HeadStart {
             agent_bin,
+            new_net,
             launch: Mutex::new(Some(launch)),
         }
     }
@@ -38,17 +58,20 @@ impl HeadStart {
     }
 
     /// The agent, waiting for its launch to end, for a pod that fits the
-    /// template and runs `agent_bin`. `None` once taken, when the binary
-    /// differs (the agent is then killed) or when the launch failed (the pod
-    /// starts cold, and reports its own launch's error if that fails too).
-    pub async fn take(&self, agent_bin: &Path) -> Option<Agent> {
+    /// template, runs `agent_bin` and wants a new network namespace or not
+    /// (`new_net`), with whether it made that namespace at launch. `None`
+    /// once taken, when the binary differs or the agent has a namespace the
+    /// pod does not want (the agent is then killed), or when the launch
+    /// failed (the pod starts cold, and reports its own launch's error if
+    /// that fails too).
+    pub async fn take(&self, agent_bin: &Path, new_net: bool) -> Option<(Agent, bool)> {
         let launch = self.take_launch()?;
-        if agent_bin != self.agent_bin {
+        if agent_bin != self.agent_bin || (self.new_net && !new_net) {
             discard(launch);
             return None;
         }
         match launch.await {
-            Ok(Ok(agent)) => Some(agent),
+            Ok(Ok(agent)) => Some((agent, self.new_net)),
             Ok(Err(e)) => {
                 tracing::warn!("head start: launching the agent failed ({e}): starting cold");
                 None

@@ -123,7 +123,7 @@ impl Sandbox {
             .claim(
                 &about.id,
                 net,
-                about.owns_net,
+                about.owns_net && !claim.net_made,
                 claim.hostname.as_deref(),
                 &claim.sysctls,
             )

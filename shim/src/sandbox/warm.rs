@@ -25,6 +25,8 @@ pub struct ClaimPlan {
     /// The network namespace to join; none: `About::owns_net` says whether
     /// to make one or stay in the node's.
     pub net: Option<OwnedFd>,
+    /// The agent made the pod's network namespace at launch (a head start).
+    pub net_made: bool,
     pub hostname: Option<String>,
     pub sysctls: Vec<(String, String)>,
 }
@@ -128,7 +130,7 @@ impl WarmPool {
                     tokio::time::sleep(wait).await;
                     continue;
                 }
-                match launch(&pool.template).await {
+                match launch(&pool.template, false).await {
                     Ok(agent) => {
                         if pool.closed.load(Ordering::Acquire) {
                             spawn::kill_and_reap(agent.pid);
@@ -167,11 +169,13 @@ fn alive(agent: &Agent) -> bool {
 
 /// The launch config of a warm agent: what every pod of the template
 /// shares, and nothing of any one pod.
-pub fn launch_config(template: &Template) -> LaunchConfig {
+/// `new_net`: the agent makes its network namespace now (a head start for a
+/// pod that wants a new one); else the claim joins or makes it.
+pub fn launch_config(template: &Template, new_net: bool) -> LaunchConfig {
     LaunchConfig {
         sandbox_id: "warm".into(),
         userns: false,
-        new_net: false,
+        new_net,
         new_ipc: true,
         new_uts: true,
         host_pid: false,
@@ -183,9 +187,9 @@ pub fn launch_config(template: &Template) -> LaunchConfig {
     }
 }
 
-pub(super) async fn launch(template: &Template) -> Result<Agent, SandboxError> {
+pub(super) async fn launch(template: &Template, new_net: bool) -> Result<Agent, SandboxError> {
     let plan = SpawnPlan {
-        config: launch_config(template),
+        config: launch_config(template, new_net),
         join: Vec::new(),
         uid_map: Vec::new(),
         gid_map: Vec::new(),
@@ -228,14 +232,18 @@ mod tests {
 
     #[test]
     fn the_launch_config_carries_nothing_of_a_pod() {
-        let c = launch_config(&Template {
+        let t = Template {
             agent_bin: "/x".into(),
             debug: true,
             trim_after_ms: 7,
-        });
+        };
+        let c = launch_config(&t, false);
         assert!(c.warm && c.new_ipc && c.new_uts);
         assert!(!c.userns && !c.new_net && !c.host_pid);
         assert!(c.hostname.is_none() && c.sysctls.is_empty());
         assert_eq!((c.debug, c.trim_after_ms), (true, 7));
+        // A head start for a pod that wants its own network namespace.
+        let c = launch_config(&t, true);
+        assert!(c.warm && c.new_net && !c.userns && c.sandbox_id == "warm");
     }
 }

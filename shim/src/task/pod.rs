@@ -15,7 +15,7 @@ use super::Service;
 use super::TaskError;
 use crate::config::RundConfig;
 use crate::error::Result;
-use crate::sandbox::head_start::HeadStart;
+use crate::sandbox::head_start::{self, HeadStart};
 use crate::sandbox::spawn::SpawnPlan;
 use crate::sandbox::{self, warm, About, Sandbox};
 use crate::spec::{self, Role};
@@ -115,13 +115,15 @@ pub async fn start(
     };
     let joined: Vec<&str> = join.iter().map(|(k, _)| k.as_str()).collect();
     let fits = warm::fits(about.userns, ns.host_pid, ns.new_ipc, ns.new_uts, &joined);
+    // With whether the agent made the pod's network namespace at launch.
     let warm_agent = svc
         .warm
         .get()
         .filter(|_| fits)
-        .and_then(|pool| pool.take(&config.agent_binary()));
+        .and_then(|pool| pool.take(&config.agent_binary()))
+        .map(|agent| (agent, false));
     let warm_agent = match (warm_agent, svc.head_start.get()) {
-        (None, Some(head)) if fits => head.take(&config.agent_binary()).await,
+        (None, Some(head)) if fits => head.take(&config.agent_binary(), ns.new_net).await,
         (agent, _) => agent,
     };
     // A per-pod shim starts one sandbox: an agent not taken now never is.
@@ -129,7 +131,10 @@ pub async fn start(
         head.discard();
     }
     let warm_sb = match warm_agent {
-        Some(agent) => claim_warm(agent, about.clone(), &mut join, &hostname, &sysctls).await?,
+        Some((agent, net_made)) => {
+            let about = about.clone();
+            claim_warm(agent, net_made, about, &mut join, &hostname, &sysctls).await?
+        }
         None => None,
     };
     let sb = if let Some(sb) = warm_sb {
@@ -191,39 +196,40 @@ pub async fn start(
     Ok(sb)
 }
 
-/// Whether the pod of this spec would take an agent in the warm template,
-/// judged before its Create (for the head start): a pod's first container,
-/// no user namespace by its spec or by the config, not hostPID, its own ipc
-/// and uts namespaces, and nothing joined but the network namespace.
-pub fn fits_template(spec: &Spec, config: &RundConfig) -> bool {
+/// The head start for the pod of this spec, judged before its Create: one
+/// if the pod would take an agent in the warm template (a pod's first
+/// container, no user namespace by its spec or by the config, not hostPID,
+/// its own ipc and uts namespaces, and nothing joined but the network
+/// namespace), with whether it wants a network namespace of its own.
+pub fn head_start_plan(spec: &Spec, config: &RundConfig) -> Option<head_start::Plan> {
     if !matches!(spec::role(spec), Role::Standalone | Role::PodSandbox) {
-        return false;
+        return None;
     }
-    let Ok(ns) = spec::namespaces::sandbox_namespaces(spec) else {
-        return false;
-    };
-    let Ok(decision) = userns::decide(spec, &config.userns, config.policy.allow_userns_host) else {
-        return false;
-    };
+    let ns = spec::namespaces::sandbox_namespaces(spec).ok()?;
+    let decision = userns::decide(spec, &config.userns, config.policy.allow_userns_host).ok()?;
     let userns = ns.userns || decision.mode != UsernsMode::Off;
     let joined: Vec<&str> = ns.join.iter().map(|(k, _)| k.as_str()).collect();
-    warm::fits(userns, ns.host_pid, ns.new_ipc, ns.new_uts, &joined)
+    warm::fits(userns, ns.host_pid, ns.new_ipc, ns.new_uts, &joined).then_some(head_start::Plan {
+        new_net: ns.new_net,
+    })
 }
 
 /// Launches this per-pod shim's head start (see `sandbox::head_start`), in
 /// the background; call inside the runtime, before the pod's first Create.
-pub fn begin_head_start(svc: &Service) {
+pub fn begin_head_start(svc: &Service, plan: head_start::Plan) {
     let template = warm::Template::of(&svc.config(), svc.debug);
-    if let Err(second) = svc.head_start.set(HeadStart::launch(template)) {
+    if let Err(second) = svc.head_start.set(HeadStart::launch(template, plan)) {
         second.discard();
     }
 }
 
-/// Claims a warm agent for this pod. A warm agent that died waiting gives
-/// `None` (the pod starts cold, with `join` as it was); a claim the agent
-/// refused is the pod's error.
+/// Claims a warm agent for this pod (`net_made`: it made the pod's network
+/// namespace at launch). A warm agent that died waiting gives `None` (the
+/// pod starts cold, with `join` as it was); a claim the agent refused is the
+/// pod's error.
 async fn claim_warm(
     agent: sandbox::Agent,
+    net_made: bool,
     about: About,
     join: &mut Vec<(String, std::os::fd::OwnedFd)>,
     hostname: &Option<String>,
@@ -233,6 +239,7 @@ async fn claim_warm(
     tracing::info!(sandbox = %id, pid = agent.pid, "claiming a warm agent");
     let mut claim = warm::ClaimPlan {
         net: join.pop().map(|(_, fd)| fd),
+        net_made,
         hostname: hostname.clone(),
         sysctls: sysctls.to_vec(),
     };
@@ -320,11 +327,27 @@ mod tests {
 
     #[test]
     fn plain_pods_fit_the_template_before_create() {
+        use LinuxNamespaceType::*;
         let config = RundConfig::default();
-        assert!(fits_template(&with_namespaces(&plain()), &config));
+        let plan = |new_net| Some(head_start::Plan { new_net });
+        assert_eq!(
+            head_start_plan(&with_namespaces(&plain()), &config),
+            plan(true),
+            "a network namespace of its own: made at launch"
+        );
         let mut cni = plain();
         cni[4].1 = Some("/var/run/netns/cni-1");
-        assert!(fits_template(&with_namespaces(&cni), &config), "CNI netns");
+        assert_eq!(
+            head_start_plan(&with_namespaces(&cni), &config),
+            plan(false),
+            "CNI netns: joined at the claim"
+        );
+        let host_net: Vec<_> = plain().into_iter().filter(|(t, _)| *t != Network).collect();
+        assert_eq!(
+            head_start_plan(&with_namespaces(&host_net), &config),
+            plan(false),
+            "hostNetwork"
+        );
     }
 
     #[test]
@@ -333,20 +356,23 @@ mod tests {
         let config = RundConfig::default();
         let mut userns = plain();
         userns.push((User, None));
-        assert!(!fits_template(&with_namespaces(&userns), &config), "userns");
+        assert!(
+            head_start_plan(&with_namespaces(&userns), &config).is_none(),
+            "userns"
+        );
         let host_pid: Vec<_> = plain().into_iter().filter(|(t, _)| *t != Pid).collect();
         assert!(
-            !fits_template(&with_namespaces(&host_pid), &config),
+            head_start_plan(&with_namespaces(&host_pid), &config).is_none(),
             "hostPID"
         );
         let host_ipc: Vec<_> = plain().into_iter().filter(|(t, _)| *t != Ipc).collect();
         assert!(
-            !fits_template(&with_namespaces(&host_ipc), &config),
+            head_start_plan(&with_namespaces(&host_ipc), &config).is_none(),
             "hostIPC"
         );
         let always = RundConfig::parse("[userns]\nmode = \"always\"\n", Path::new("x")).unwrap();
         assert!(
-            !fits_template(&with_namespaces(&plain()), &always),
+            head_start_plan(&with_namespaces(&plain()), &always).is_none(),
             "userns by config"
         );
         let mut container = with_namespaces(&plain());
@@ -364,7 +390,7 @@ mod tests {
             .into(),
         ));
         assert!(
-            !fits_template(&container, &config),
+            head_start_plan(&container, &config).is_none(),
             "not the pod's first container"
         );
     }
