@@ -433,7 +433,8 @@ async fn launch_and_run_containers() {
 /// A warm agent is launched with nothing of a pod, claimed once (a new
 /// network namespace, the pod's hostname and sysctls), and serves the pod's
 /// containers in those namespaces. A warm launch that carries a pod's part
-/// is refused; so is a second claim.
+/// is refused; so is a second claim. A head start's agent may make its
+/// network namespace at launch, and a claim that asks for none keeps it.
 #[tokio::test(flavor = "current_thread")]
 async fn a_warm_agent_is_claimed_once() {
     if !can_run() {
@@ -447,12 +448,47 @@ async fn a_warm_agent_is_claimed_once() {
         ..Default::default()
     };
     let e = launch_agent(&LaunchConfig {
-        new_net: true,
+        hostname: Some("early".into()),
         ..warm.clone()
     })
     .err()
-    .expect("a warm launch with a network namespace is refused");
-    assert!(e.contains("a warm agent gets its pod's namespaces"), "{e}");
+    .expect("a warm launch with a hostname is refused");
+    assert!(e.contains("a warm agent gets its pod's hostname"), "{e}");
+    let e = launch_agent(&LaunchConfig {
+        userns: true,
+        ..warm.clone()
+    })
+    .err()
+    .expect("a warm launch with a user namespace is refused");
+    assert!(e.contains("no user namespace"), "{e}");
+
+    let net_of = |pid: i32| std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap();
+    let (head, mut head_guard) = launch_agent(&LaunchConfig {
+        new_net: true,
+        ..warm.clone()
+    })
+    .unwrap();
+    let made = net_of(head_guard.0);
+    assert_ne!(made, net_of(std::process::id() as i32), "made at launch");
+    let keep = ClaimSandboxRequest {
+        sandbox_id: "pod-0".into(),
+        ..Default::default()
+    };
+    head.client
+        .claim_sandbox(ttrpc::context::with_timeout(0), &keep)
+        .await
+        .unwrap();
+    assert_eq!(net_of(head_guard.0), made, "the claim keeps it");
+    head.client
+        .destroy_sandbox(
+            ttrpc::context::with_timeout(0),
+            &DestroySandboxRequest::default(),
+        )
+        .await
+        .unwrap();
+    let pid = Pid::from_raw(head_guard.0);
+    nix::sys::wait::waitpid(pid, None).unwrap();
+    head_guard.0 = 0;
 
     let (sb, _guard) = launch_agent(&warm).unwrap();
     let ctx = || ttrpc::context::with_timeout(0);
