@@ -11,4 +11,5 @@ pub mod ns;
 pub mod process;
 pub mod procfs;
 pub mod rlimit;
+pub mod spawn;
 pub mod trim;

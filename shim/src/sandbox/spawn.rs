@@ -1,10 +1,8 @@
 //! Starting `rund-agent launch` and driving the launch handshake
 //! (see `rund_proto::launch` for the protocol).
 
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use rund_proto::fdpass::{self, FdHeader, FdKind};
@@ -43,6 +41,33 @@ pub async fn spawn(plan: SpawnPlan) -> Result<Spawned, SandboxError> {
         .map_err(|e| SandboxError::Spawn(format!("spawn task: {e}")))?
 }
 
+/// A launch under way on a thread of its own ([`spawn_detached`]).
+pub type Detached = tokio::sync::oneshot::Receiver<Result<Spawned, SandboxError>>;
+
+/// [`spawn`] on a thread of its own, for a caller that has no runtime yet
+/// (a per-pod server's head start, before its runtime is built).
+pub fn spawn_detached(plan: SpawnPlan) -> Detached {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    // A thread that fails to start drops `tx`: the receiver then errs.
+    let _ = std::thread::Builder::new()
+        .name("rund-launch".into())
+        .spawn(move || {
+            if let Err(Ok(spawned)) = tx.send(spawn_blocking(plan)) {
+                // Nobody waits any more: the agent must not outlive that.
+                kill_and_reap(spawned.pid);
+            }
+            rund_sys::trim::thread_exit();
+        });
+    rx
+}
+
+/// The agent a [`spawn_detached`] launch started.
+pub async fn detached(launch: Detached) -> Result<Spawned, SandboxError> {
+    launch
+        .await
+        .map_err(|_| SandboxError::Spawn("the launch thread did not start".into()))?
+}
+
 fn spawn_blocking(plan: SpawnPlan) -> Result<Spawned, SandboxError> {
     // A pre-connected pair: the agent serves only this connection, and no
     // socket name exists for another process to find.
@@ -57,47 +82,33 @@ fn spawn_blocking(plan: SpawnPlan) -> Result<Spawned, SandboxError> {
         .map_err(|e| SandboxError::Spawn(format!("{}: {e}", plan.agent_bin.display())))?;
     let exe = high_fd(exe)?;
 
-    let mut cmd = Command::new(format!("/proc/self/fd/{}", exe.as_raw_fd()));
-    cmd.arg0("rund-agent")
-        .arg("launch")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null());
-    match &plan.log {
-        Some(log) => {
-            let dup = log
-                .try_clone()
-                .map_err(|e| SandboxError::Spawn(format!("dup log fd: {e}")))?;
-            cmd.stderr(Stdio::from(dup));
-        }
-        None => {
-            cmd.stderr(Stdio::null());
-        }
-    }
-    let inherit: [RawFd; 3] = [
-        conn_agent.as_raw_fd(),
-        fd_agent.as_raw_fd(),
-        sync_agent.as_raw_fd(),
+    // posix_spawn (vfork-like): no copy of the shim's page tables, and no
+    // copy-on-write faults for its other threads while the child execs.
+    let path = std::ffi::CString::new(format!("/proc/self/fd/{}", exe.as_raw_fd()))
+        .map_err(|e| SandboxError::Spawn(e.to_string()))?;
+    let mut fds = vec![
+        (conn_agent.as_fd(), launch::CONN_FD),
+        (fd_agent.as_fd(), launch::CONN_FD + 1),
+        (sync_agent.as_fd(), launch::CONN_FD + 2),
     ];
-    // SAFETY: the closure only calls dup2/dup/fcntl (async-signal-safe) on fds
-    // that stay open in the parent until spawn() returns.
-    unsafe {
-        cmd.pre_exec(move || remap_fds(&inherit));
+    if let Some(log) = &plan.log {
+        fds.push((log.as_fd(), libc::STDERR_FILENO));
     }
-    let mut child = cmd
-        .spawn()
+    let launcher = rund_sys::spawn::spawn_with_fds(&path, &[c"rund-agent", c"launch"], &fds)
         .map_err(|e| SandboxError::Spawn(format!("exec {}: {e}", plan.agent_bin.display())))?;
+    drop(fds);
     drop(fd_agent);
     drop(sync_agent);
     drop(conn_agent);
     drop(exe);
-    let launcher_pid = child.id() as i32;
+    let launcher_pid = launcher.as_raw();
 
     let result = handshake(&plan, &sync_shim, launcher_pid);
     // The launcher exits right after the handshake; reap it either way.
     if result.is_err() {
-        let _ = child.kill();
+        let _ = nix::sys::signal::kill(launcher, nix::sys::signal::Signal::SIGKILL);
     }
-    let _ = child.wait();
+    let _ = nix::sys::wait::waitpid(launcher, None);
     let (agent_pid, ready) = result?;
     let next = if ready {
         Ok(SyncMsg::Ready)
@@ -204,28 +215,6 @@ fn seqpacket() -> Result<(OwnedFd, OwnedFd), SandboxError> {
     .map_err(|e| SandboxError::Spawn(format!("socketpair: {e}")))
 }
 
-/// Moves the three inherited fds to 3, 4 and 5 without CLOEXEC. Runs in the
-/// forked child: only async-signal-safe calls.
-fn remap_fds(fds: &[RawFd; 3]) -> std::io::Result<()> {
-    // First lift every source above 5 so a dup2 cannot clobber a later source.
-    let mut high = [0 as RawFd; 3];
-    for (i, fd) in fds.iter().enumerate() {
-        // SAFETY: fcntl(F_DUPFD_CLOEXEC) on an fd we own; returns a new fd or -1.
-        let n = unsafe { libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 10) };
-        if n < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        high[i] = n;
-    }
-    for (i, fd) in high.iter().enumerate() {
-        // SAFETY: dup2 onto fds 3..=5; dup2 clears CLOEXEC on the target.
-        if unsafe { libc::dup2(*fd, launch::CONN_FD + i as i32) } < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
 /// Moves `fd` above 3-5, the numbers the child's dup2s overwrite, so the exec
 /// path `/proc/self/fd/N` survives them. The lowest such number: a higher
 /// floor fails (EINVAL) whenever RLIMIT_NOFILE is below it.
@@ -247,4 +236,59 @@ pub fn kill_and_reap(pid: i32) {
     let pid = nix::unistd::Pid::from_raw(pid);
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
     let _ = nix::sys::wait::waitpid(pid, None);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::warm::{launch_plan, Template};
+    use super::*;
+
+    fn plan(agent_bin: &str) -> SpawnPlan {
+        let template = Template {
+            agent_bin: agent_bin.into(),
+            debug: false,
+            trim_after_ms: 0,
+        };
+        launch_plan(&template, false)
+    }
+
+    /// A head start begins before the server has a runtime: the launch
+    /// runs on its own thread and its error comes back through the channel.
+    #[test]
+    fn a_detached_launch_runs_without_a_runtime_and_reports_a_missing_agent() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("rund-agent");
+        let err = spawn_detached(plan(missing.to_str().unwrap()))
+            .blocking_recv()
+            .unwrap()
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("rund-agent"), "{err}");
+    }
+
+    /// A launcher that exits at once (not an agent) fails the handshake, and
+    /// is reaped: no child of ours is left.
+    #[test]
+    fn a_launcher_that_exits_fails_the_handshake_and_is_reaped() {
+        let err = spawn_detached(plan("/bin/true"))
+            .blocking_recv()
+            .unwrap()
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("launcher"), "{err}");
+        // No child of this process (of any of its threads) is the launcher.
+        let zombies: Vec<String> = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+            .flat_map(|c| c.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+            .filter(|pid| {
+                // Exec'd as /proc/self/fd/N, the launcher's comm is N.
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                let comm = stat.split(['(', ')']).nth(1).unwrap_or_default();
+                !comm.is_empty() && comm.bytes().all(|b| b.is_ascii_digit())
+            })
+            .collect();
+        assert!(zombies.is_empty(), "unreaped: {zombies:?}");
+    }
 }
