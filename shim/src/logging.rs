@@ -18,15 +18,29 @@ use tracing_subscriber::Layer;
 
 static LOG: OnceLock<File> = OnceLock::new();
 
-pub fn init(path: &std::path::Path, debug: bool) {
+/// Opens the log file once (later calls keep the first): a per-pod server
+/// opens it before its runtime, so the head start's agent gets it as stderr.
+pub fn open(path: &std::path::Path) {
+    if LOG.get().is_some() {
+        return;
+    }
     // Appended: a node's keeper and each node shim it starts share the file.
     let file = OpenOptions::new()
         .append(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)
         .or_else(|_| OpenOptions::new().write(true).open("/dev/null"));
-    let Ok(file) = file else { return };
-    let _ = LOG.set(file);
+    if let Ok(file) = file {
+        let _ = LOG.set(file);
+    }
+}
+
+/// Opens the log ([`open`]) and sends tracing's events to it.
+pub fn init(path: &std::path::Path, debug: bool) {
+    open(path);
+    if LOG.get().is_none() {
+        return;
+    }
     let level = if debug {
         tracing::Level::DEBUG
     } else {

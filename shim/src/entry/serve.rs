@@ -48,6 +48,20 @@ pub const BLOCKING_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_m
 /// blocking pool (filesystem, cgroup and fork work) lets its threads go soon.
 pub fn run(flags: Flags) -> Result<(), EntryError> {
     rund_sys::trim::lean_malloc(128 << 10);
+    let config = FORKED_CONFIG
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    // The head start's fork, exec and handshake run on a thread of their own
+    // from here on, while this one builds the runtime and binds the socket.
+    let head_start = *HEAD_START.lock().unwrap_or_else(|e| e.into_inner());
+    let early = match (head_start, &config) {
+        (Some(plan), Some(config)) if !flags.socket.is_empty() => {
+            crate::logging::open(Path::new("log"));
+            Some(crate::task::early_head_start(config, flags.debug, plan))
+        }
+        _ => None,
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .max_blocking_threads(16)
         .thread_keep_alive(BLOCKING_KEEP_ALIVE)
@@ -57,7 +71,7 @@ pub fn run(flags: Flags) -> Result<(), EntryError> {
         .enable_all()
         .build()
         .map_err(EntryError::Runtime)?;
-    let r = rt.block_on(serve(flags));
+    let r = rt.block_on(serve(flags, config, early));
     if let Err(e) = &r {
         // `start` reads our stdout until it closes: an error there is reported.
         print!("{e}");
@@ -66,17 +80,17 @@ pub fn run(flags: Flags) -> Result<(), EntryError> {
     r
 }
 
-async fn serve(flags: Flags) -> Result<(), EntryError> {
+async fn serve(
+    flags: Flags,
+    config: Option<RundConfig>,
+    early: Option<crate::sandbox::head_start::Early>,
+) -> Result<(), EntryError> {
     if flags.socket.is_empty() {
         return Err(EntryError::NoSocket);
     }
-    crate::logging::init(std::path::Path::new("log"), flags.debug);
+    crate::logging::init(Path::new("log"), flags.debug);
     ignore_sigpipe();
-    let config = match FORKED_CONFIG
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take()
-    {
+    let config = match config {
         Some(config) => config,
         None => RundConfig::load(None)?,
     };
@@ -91,10 +105,8 @@ async fn serve(flags: Flags) -> Result<(), EntryError> {
         // Create's runtime options name the same file: not read a third time.
         service.set_config_in_force(path.into());
     }
-    // The launch runs on a blocking thread while this one binds the socket.
-    let head_start = *HEAD_START.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(plan) = head_start {
-        crate::task::begin_head_start(&service, plan);
+    if let Some(early) = early {
+        crate::task::begin_head_start(&service, early);
     }
     let pod = open_pod(&flags.socket, service.clone()).await?;
     signal_started();

@@ -1,7 +1,7 @@
 //! A per-pod shim's head start (`[sandbox] head_start`): the server
-//! launches one agent in the warm template ([`warm::launch_config`]) as it
-//! starts, so the launch runs while containerd is still reading `start`'s
-//! reply, connecting and sending Create. The pod's first Create claims it
+//! launches one agent in the warm template ([`warm::launch_config`]) first
+//! thing after its fork ([`Early`]), so the launch runs while the server
+//! sets up and containerd reads `start`'s reply, connects and sends Create. The pod's first Create claims it
 //! like a warm agent if the pod fits the template; otherwise it is killed.
 //! `start` reads the pod's spec, so an agent for a pod that wants a network
 //! namespace of its own makes it at launch, off the Create's path.
@@ -25,6 +25,27 @@ pub struct Plan {
     pub new_net: bool,
 }
 
+/// A head start begun before the server's runtime exists: the agent's
+/// fork, exec and handshake run on a thread of their own while the server
+/// builds its runtime, opens its log and binds its socket.
+pub struct Early {
+    agent_bin: std::path::PathBuf,
+    plan: Plan,
+    launch: spawn::Detached,
+}
+
+impl Early {
+    /// Starts the launch; the shim's log must be open (the agent's stderr).
+    pub fn begin(template: &Template, plan: Plan) -> Early {
+        let launch = spawn::spawn_detached(warm::launch_plan(template, plan.new_net));
+        Early {
+            agent_bin: template.agent_bin.clone(),
+            plan,
+            launch,
+        }
+    }
+}
+
 pub struct HeadStart {
     agent_bin: std::path::PathBuf,
     new_net: bool,
@@ -32,12 +53,17 @@ pub struct HeadStart {
 }
 
 impl HeadStart {
-    /// Starts the launch in the background (call inside the runtime).
-    pub fn launch(template: Template, plan: Plan) -> HeadStart {
-        let agent_bin = template.agent_bin.clone();
-        let new_net = plan.new_net;
-        let launch = tokio::spawn(async move { warm::launch(&template, new_net).await });
-        if new_net {
+    /// Connects to the early launch's agent in the background (call inside
+    /// the runtime).
+    pub fn launch(early: Early) -> HeadStart {
+        let Early {
+            agent_bin,
+            plan,
+            launch,
+        } = early;
+        let launch =
+            tokio::spawn(async move { warm::connect(spawn::detached(launch).await?).await });
+        if plan.new_net {
             tracing::debug!(
                 "head start: launching the pod's agent, in a network namespace of its own"
             );
@@ -48,7 +74,7 @@ impl HeadStart {
         }
         HeadStart {
             agent_bin,
-            new_net,
+            new_net: plan.new_net,
             launch: Mutex::new(Some(launch)),
         }
     }

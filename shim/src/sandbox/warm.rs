@@ -187,16 +187,25 @@ pub fn launch_config(template: &Template, new_net: bool) -> LaunchConfig {
     }
 }
 
-pub(super) async fn launch(template: &Template, new_net: bool) -> Result<Agent, SandboxError> {
-    let plan = SpawnPlan {
+/// How a warm agent is spawned: [`launch_config`], nothing to join, and
+/// the shim's log as its stderr.
+pub(super) fn launch_plan(template: &Template, new_net: bool) -> SpawnPlan {
+    SpawnPlan {
         config: launch_config(template, new_net),
         join: Vec::new(),
         uid_map: Vec::new(),
         gid_map: Vec::new(),
         agent_bin: template.agent_bin.clone(),
         log: crate::logging::agent_log_fd(),
-    };
-    let spawned = spawn::spawn(plan).await?;
+    }
+}
+
+pub(super) async fn launch(template: &Template, new_net: bool) -> Result<Agent, SandboxError> {
+    connect(spawn::spawn(launch_plan(template, new_net)).await?).await
+}
+
+/// The ttrpc client of a spawned agent; the agent is killed if that fails.
+pub(super) async fn connect(spawned: spawn::Spawned) -> Result<Agent, SandboxError> {
     let pid = spawned.pid;
     Agent::connect(spawned).await.inspect_err(|_| {
         spawn::kill_and_reap(pid);

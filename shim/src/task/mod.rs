@@ -13,7 +13,7 @@ mod namespaces;
 pub(crate) mod options;
 pub use options::config_path;
 mod pod;
-pub use pod::{begin_head_start, head_start_plan};
+pub use pod::{begin_head_start, early_head_start, head_start_plan};
 pub mod publish;
 mod remap;
 mod resources;

@@ -214,11 +214,20 @@ pub fn head_start_plan(spec: &Spec, config: &RundConfig) -> Option<head_start::P
     })
 }
 
-/// Launches this per-pod shim's head start (see `sandbox::head_start`), in
+/// Begins this per-pod shim's head start (see `sandbox::head_start`), before
+/// its runtime exists; the shim's log must be open.
+pub fn early_head_start(
+    config: &RundConfig,
+    debug: bool,
+    plan: head_start::Plan,
+) -> head_start::Early {
+    head_start::Early::begin(&warm::Template::of(config, debug), plan)
+}
+
+/// Hands the early launch to the service, which connects to its agent in
 /// the background; call inside the runtime, before the pod's first Create.
-pub fn begin_head_start(svc: &Service, plan: head_start::Plan) {
-    let template = warm::Template::of(&svc.config(), svc.debug);
-    if let Err(second) = svc.head_start.set(HeadStart::launch(template, plan)) {
+pub fn begin_head_start(svc: &Service, early: head_start::Early) {
+    if let Err(second) = svc.head_start.set(HeadStart::launch(early)) {
         second.discard();
     }
 }
