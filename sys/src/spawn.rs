@@ -47,10 +47,9 @@ pub fn spawn_with_fds(
         argv.iter().map(|a| a.as_ptr().cast_mut()).collect();
     argv_ptrs.push(std::ptr::null_mut());
     let mut pid: libc::pid_t = 0;
-    // SAFETY: every pointer is valid for the call: `path` and `argv` are
-    // NUL-terminated strings borrowed for its length, `argv_ptrs` ends with
-    // NULL, `environ` is libc's own, and the actions and attributes were
-    // initialised above. The child only runs glibc's code up to its exec.
+    // The child runs only glibc's code up to its exec. `path` and `argv`
+    // are NUL-terminated and borrowed for the call; `argv_ptrs` ends with NULL.
+    // SAFETY: valid pointers (above), libc's `environ`, initialised actions and attributes.
     let r = unsafe {
         libc::posix_spawn(
             &mut pid,

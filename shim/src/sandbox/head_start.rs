@@ -1,8 +1,9 @@
 //! A per-pod shim's head start (`[sandbox] head_start`): the server
 //! launches one agent in the warm template ([`warm::launch_config`]) first
 //! thing after its fork ([`Early`]), so the launch runs while the server
-//! sets up and containerd reads `start`'s reply, connects and sends Create. The pod's first Create claims it
-//! like a warm agent if the pod fits the template; otherwise it is killed.
+//! sets up and containerd reads `start`'s reply, connects and sends Create.
+//! The pod's first Create claims it like a warm agent if the pod fits the
+//! template; otherwise it is killed.
 //! `start` reads the pod's spec, so an agent for a pod that wants a network
 //! namespace of its own makes it at launch, off the Create's path.
 //! A per-pod shim starts one sandbox, so the agent is never replaced. If the
