@@ -67,7 +67,8 @@ pub fn spawn_with_fds(
     Ok(Pid::from_raw(pid))
 }
 
-fn dup_above(fd: BorrowedFd<'_>, floor: RawFd) -> Result<OwnedFd, Errno> {
+/// A CLOEXEC copy of `fd` at the lowest free number at or above `floor`.
+pub fn dup_above(fd: BorrowedFd<'_>, floor: RawFd) -> Result<OwnedFd, Errno> {
     // SAFETY: fcntl(F_DUPFD_CLOEXEC) on a borrowed, open fd: a new fd or -1.
     let n = Errno::result(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor) })?;
     // SAFETY: a fresh fd from the kernel, owned by nobody else.

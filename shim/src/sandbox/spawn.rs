@@ -1,7 +1,7 @@
 //! Starting `rund-agent launch` and driving the launch handshake
 //! (see `rund_proto::launch` for the protocol).
 
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
@@ -219,16 +219,8 @@ fn seqpacket() -> Result<(OwnedFd, OwnedFd), SandboxError> {
 /// path `/proc/self/fd/N` survives them. The lowest such number: a higher
 /// floor fails (EINVAL) whenever RLIMIT_NOFILE is below it.
 fn high_fd(fd: OwnedFd) -> Result<OwnedFd, SandboxError> {
-    // SAFETY: fcntl(F_DUPFD_CLOEXEC) on an fd we own; returns a new fd or -1.
-    let n = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 6) };
-    if n < 0 {
-        return Err(SandboxError::Spawn(format!(
-            "dup agent binary fd: {}",
-            std::io::Error::last_os_error()
-        )));
-    }
-    // SAFETY: a fresh fd from the kernel, owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(n) })
+    rund_sys::spawn::dup_above(fd.as_fd(), launch::CONN_FD + 3)
+        .map_err(|e| SandboxError::Spawn(format!("dup agent binary fd: {e}")))
 }
 
 /// Kills a process we started and reaps it if it is our child.
