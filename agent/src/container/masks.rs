@@ -59,16 +59,15 @@ pub fn readonly(
     Ok(())
 }
 
-/// Masks each path: an empty read-only tmpfs over a directory, one of
-/// `dev_nulls` (detached clones of the agent's own /dev/null, made before
-/// pivot_root, one per path) over anything else. Missing paths are skipped.
-pub fn masked(
+/// The distinct masked paths that exist, each resolved beneath the root
+/// with its type; missing paths are skipped.
+fn targets<'p>(
     sys: &dyn Syscall,
     root: BorrowedFd<'_>,
-    mut dev_nulls: Vec<OwnedFd>,
-    paths: &[String],
-) -> Result<(), MaskError> {
+    paths: &'p [String],
+) -> Result<Vec<(&'p str, OwnedFd, SFlag)>, MaskError> {
     let mut seen = HashSet::new();
+    let mut out = Vec::new();
     for p in paths {
         let e = |op| fail("masked path", p, op);
         let target = match sys.resolve(root, Path::new(p), Create::No) {
@@ -76,9 +75,40 @@ pub fn masked(
             r => r.map_err(e("resolve in the container"))?,
         };
         let (kind, _) = sys.stat(target.as_fd()).map_err(e("stat"))?;
-        if !seen.insert(super::paths::clean(Path::new(p))) {
-            continue;
+        if seen.insert(super::paths::clean(Path::new(p))) {
+            out.push((p.as_str(), target, kind));
         }
+    }
+    Ok(out)
+}
+
+/// How many clones of /dev/null [`masked`] will use: its existing,
+/// distinct paths that are not directories. Counted before pivot_root
+/// (the same tree then), because closing an unused clone dissolves a mount
+/// and waits for an RCU grace period on the start path.
+pub fn files_to_mask(
+    sys: &dyn Syscall,
+    root: BorrowedFd<'_>,
+    paths: &[String],
+) -> Result<usize, MaskError> {
+    Ok(targets(sys, root, paths)?
+        .iter()
+        .filter(|(_, _, kind)| *kind != SFlag::S_IFDIR)
+        .count())
+}
+
+/// Masks each path: an empty read-only tmpfs over a directory, one of
+/// `dev_nulls` (detached clones of the agent's own /dev/null, made before
+/// pivot_root, one per file: [`files_to_mask`]) over anything else.
+/// Missing paths are skipped.
+pub fn masked(
+    sys: &dyn Syscall,
+    root: BorrowedFd<'_>,
+    mut dev_nulls: Vec<OwnedFd>,
+    paths: &[String],
+) -> Result<(), MaskError> {
+    for (p, target, kind) in targets(sys, root, paths)? {
+        let e = |op| fail("masked path", p, op);
         let mnt = if kind == SFlag::S_IFDIR {
             // runc's size: one block, one inode (some kernels want two).
             match sys.fs_mount(
@@ -142,6 +172,11 @@ mod tests {
         rec.paths.borrow_mut().insert("/proc/kcore".into());
         let nulls = (0..4).map(|_| rec.fd("clone:/dev/null")).collect();
         let paths = ["/proc/acpi", "/proc/kcore", "/proc/../proc/kcore", "/nope"].map(String::from);
+        assert_eq!(
+            files_to_mask(&rec, root.as_fd(), &paths).unwrap(),
+            1,
+            "kcore once; acpi is a directory, /nope is missing"
+        );
         masked(&rec, root.as_fd(), nulls, &paths).unwrap();
         assert_eq!(
             rec.calls(),

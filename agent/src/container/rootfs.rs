@@ -122,7 +122,7 @@ pub fn build(
     let proc_sys = (!sysctls.is_empty())
         .then(sysctl::open_proc_sys)
         .transpose()?;
-    let dev_nulls = dev_nulls(&linux, masked.len())?;
+    let dev_nulls = dev_nulls(&linux, masks::files_to_mask(&linux, root, &masked)?)?;
 
     nix::unistd::fchdir(root).map_err(sys("chdir rootfs"))?;
     rund_sys::process::pivot_here().map_err(sys("pivot_root"))?;

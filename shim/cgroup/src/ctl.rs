@@ -15,6 +15,24 @@ pub(crate) fn write(fs: &dyn CgroupFs, dir: &Path, file: &str, value: &str) -> R
     })
 }
 
+/// Write each of `values` to `dir/file` with a write(2) of its own, in
+/// order, through one open file; the error names the value refused.
+pub(crate) fn write_each(
+    fs: &dyn CgroupFs,
+    dir: &Path,
+    file: &str,
+    values: &[String],
+) -> Result<()> {
+    let path = dir.join(file);
+    tracing::trace!(path = %path.display(), ?values, "cgroup writes");
+    fs.write_each(&path, values)
+        .map_err(|(i, source)| Error::Write {
+            value: values.get(i).cloned().unwrap_or_default(),
+            path,
+            source,
+        })
+}
+
 /// Write only if the control file exists (optional kernel features).
 pub(crate) fn write_if_exists(
     fs: &dyn CgroupFs,

@@ -24,6 +24,15 @@ pub trait CgroupFs: Send + Sync + Debug {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Write a control file in a single write(2).
     fn write(&self, path: &Path, data: &str) -> io::Result<()>;
+    /// Write each value with a write(2) of its own, in order, through one
+    /// open file (v1's `devices.allow` takes one rule per write). On
+    /// failure, the index of the value that failed.
+    fn write_each(&self, path: &Path, values: &[String]) -> Result<(), (usize, io::Error)> {
+        for (i, v) in values.iter().enumerate() {
+            self.write(path, v).map_err(|e| (i, e))?;
+        }
+        Ok(())
+    }
     /// Read a whole control file.
     fn read(&self, path: &Path) -> io::Result<String>;
     /// Names of the subdirectories of `path`.
@@ -70,6 +79,20 @@ impl CgroupFs for RealFs {
         // No O_CREAT: a missing control file must be ENOENT, not a new file.
         let mut f = OpenOptions::new().write(true).truncate(true).open(path)?;
         f.write_all(data.as_bytes())
+    }
+    fn write_each(&self, path: &Path, values: &[String]) -> Result<(), (usize, io::Error)> {
+        if values.is_empty() {
+            return Ok(());
+        }
+        let mut f = OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(path)
+            .map_err(|e| (0, e))?;
+        for (i, v) in values.iter().enumerate() {
+            f.write_all(v.as_bytes()).map_err(|e| (i, e))?;
+        }
+        Ok(())
     }
     fn read(&self, path: &Path) -> io::Result<String> {
         std::fs::read_to_string(path)
@@ -167,6 +190,10 @@ impl CgroupFs for CountingFs {
     fn write(&self, path: &Path, data: &str) -> io::Result<()> {
         self.write.fetch_add(1, Ordering::Relaxed);
         self.inner.write(path, data)
+    }
+    fn write_each(&self, path: &Path, values: &[String]) -> Result<(), (usize, io::Error)> {
+        self.write.fetch_add(values.len() as u64, Ordering::Relaxed);
+        self.inner.write_each(path, values)
     }
     fn read(&self, path: &Path) -> io::Result<String> {
         self.inner.read(path)
