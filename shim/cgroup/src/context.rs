@@ -29,7 +29,8 @@ impl Cgroups {
     /// when the pool is on (v1).
     pub fn new(cfg: CgroupConfig) -> Result<Self> {
         cfg.validate()?;
-        let me = Self::with(Hierarchy::detect()?, Arc::new(RealFs), cfg);
+        let hier = Hierarchy::detect_remembered(&cfg.state_dir)?;
+        let me = Self::with(hier, Arc::new(RealFs), cfg);
         me.start_refiller();
         Ok(me)
     }

@@ -46,6 +46,12 @@ impl Hierarchy {
         Self::from_mountinfo(&text)
     }
 
+    /// As [`Hierarchy::detect`], through a record in `dir` (the pool's
+    /// state dir) that spares later processes the read of mountinfo.
+    pub fn detect_remembered(dir: &Path) -> Result<Self> {
+        crate::layout_cache::detect(dir, &crate::layout_cache::Host)
+    }
+
     /// Parse mountinfo text (exposed for tests).
     pub fn from_mountinfo(text: &str) -> Result<Self> {
         let mut v1: Vec<V1Hierarchy> = Vec::new();

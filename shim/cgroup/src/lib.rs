@@ -14,6 +14,7 @@ mod dirs;
 mod error;
 pub mod fs;
 mod hierarchy;
+mod layout_cache;
 mod manager;
 mod oom;
 mod path;

@@ -64,7 +64,7 @@ fn remove_cgroup(bundle: &Path, id: &str, config: &RundConfig) {
         return;
     };
     let path = crate::cgroups::path_for(&spec, id);
-    let Ok(hier) = rund_cgroup::Hierarchy::detect() else {
+    let Ok(hier) = rund_cgroup::Hierarchy::detect_remembered(&config.cgroup.state_dir) else {
         return;
     };
     let cgroups = rund_cgroup::Cgroups::with(
