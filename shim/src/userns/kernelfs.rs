@@ -4,119 +4,72 @@
 //! their ownership means nothing to the container anyway; they are bound
 //! plainly, as runc binds them.
 
-use std::os::unix::fs::FileTypeExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
 /// Filesystems without idmapped-mount support whose files the kernel, not
-/// a disk, provides.
-const KERNEL_FS: [&str; 17] = [
-    "devtmpfs",
-    "proc",
-    "sysfs",
-    "cgroup",
-    "cgroup2",
-    "devpts",
-    "mqueue",
-    "debugfs",
-    "tracefs",
-    "securityfs",
-    "bpf",
-    "configfs",
-    "pstore",
-    "efivarfs",
-    "fusectl",
-    "binfmt_misc",
-    "selinuxfs",
+/// a disk, provides, by their statfs(2) magic. devtmpfs has tmpfs's (or
+/// ramfs's) magic and is told apart by its device (see [`kernel_fs`]).
+const KERNEL_FS: [(u64, &str); 16] = [
+    (0x9fa0, "proc"),
+    (0x6265_6572, "sysfs"),
+    (0x0027_e0eb, "cgroup"),
+    (0x6367_7270, "cgroup2"),
+    (0x1cd1, "devpts"),
+    (0x1980_0202, "mqueue"),
+    (0x6462_6720, "debugfs"),
+    (0x7472_6163, "tracefs"),
+    (0x7363_6673, "securityfs"),
+    (0xcafe_4a11, "bpf"),
+    (0x6265_6570, "configfs"),
+    (0x6165_676c, "pstore"),
+    (0xde5e_81e4, "efivarfs"),
+    (0x6573_5543, "fusectl"),
+    (0x4249_4e4d, "binfmt_misc"),
+    (0xf97c_ff8c, "selinuxfs"),
 ];
+const TMPFS_MAGIC: u64 = 0x0102_1994;
+const RAMFS_MAGIC: u64 = 0x8584_58f6;
 
 /// Why `src` is bound plainly under a user namespace, or `None` when it is
-/// idmapped like any other bind.
+/// idmapped like any other bind. From stat and statfs alone: reading
+/// mountinfo would wait on the kernel's global mount lock behind every
+/// mount being made on the node.
 pub fn plain_bind_reason(src: &Path) -> Option<String> {
     let meta = std::fs::metadata(src).ok()?;
     let ft = meta.file_type();
     if ft.is_char_device() || ft.is_block_device() {
         return Some("a device node".into());
     }
-    let real = std::fs::canonicalize(src).ok()?;
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let fstype = fs_type_of(&mountinfo, &real)?;
-    KERNEL_FS
-        .contains(&fstype.as_str())
-        .then(|| format!("on a kernel filesystem ({fstype})"))
+    let magic = nix::sys::statfs::statfs(src).ok()?.filesystem_type().0 as u64;
+    let dev_dir = std::fs::metadata("/dev").ok().map(|m| m.dev());
+    kernel_fs(magic, meta.dev(), dev_dir).map(|t| format!("on a kernel filesystem ({t})"))
 }
 
-/// The filesystem type of the mount holding `path` (canonical): the last
-/// listed mount whose mount point is the longest prefix of it.
-pub fn fs_type_of(mountinfo: &str, path: &Path) -> Option<String> {
-    let mut best: Option<(usize, String)> = None;
-    for line in mountinfo.lines() {
-        let fields: Vec<&str> = line.split(' ').collect();
-        let Some(sep) = fields.iter().position(|f| *f == "-") else {
-            continue;
-        };
-        let (Some(point), Some(fstype)) = (fields.get(4), fields.get(sep + 1)) else {
-            continue;
-        };
-        let point = unescape(point);
-        if !path.starts_with(&point) {
-            continue;
-        }
-        let len = point.len();
-        if best.as_ref().is_none_or(|(l, _)| len >= *l) {
-            best = Some((len, (*fstype).to_string()));
-        }
+/// The kernel filesystem with this statfs `magic` holding a file on device
+/// `dev`. A tmpfs or ramfs is devtmpfs when it is the filesystem of /dev
+/// (`dev_dir`, the host's devtmpfs): its files are device nodes and
+/// directories of them, bound plainly as runc binds them.
+fn kernel_fs(magic: u64, dev: u64, dev_dir: Option<u64>) -> Option<&'static str> {
+    if let Some((_, name)) = KERNEL_FS.iter().find(|(m, _)| *m == magic) {
+        return Some(name);
     }
-    best.map(|(_, t)| t)
-}
-
-/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
-            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
-            out.push(v);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    ((magic == TMPFS_MAGIC || magic == RAMFS_MAGIC) && dev_dir == Some(dev)).then_some("devtmpfs")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const MOUNTINFO: &str = "\
-27 1 254:0 / / rw,relatime - ext4 /dev/vda rw
-24 27 0:6 / /dev rw,relatime - devtmpfs devtmpfs rw,mode=755
-25 24 0:23 / /dev/shm rw,relatime - tmpfs tmpfs rw
-22 27 0:21 / /proc rw,relatime - proc proc rw
-60 27 0:40 / /mnt/my\\040dir rw - ramfs ramfs rw
-61 27 0:41 / /dev rw - tmpfs tmpfs rw
-";
-
     #[test]
-    fn the_longest_mount_point_wins_and_later_mounts_shadow() {
-        let t = |p: &str| fs_type_of(MOUNTINFO, Path::new(p)).unwrap();
-        assert_eq!(t("/proc/sys/kernel"), "proc");
-        assert_eq!(t("/dev/shm/x"), "tmpfs");
-        assert_eq!(
-            t("/dev/fuse"),
-            "tmpfs",
-            "the later /dev mount shadows devtmpfs"
-        );
-        assert_eq!(t("/mnt/my dir/a"), "ramfs");
-        assert_eq!(t("/mnt/my"), "ext4");
-        assert_eq!(
-            t("/devices"),
-            "ext4",
-            "a prefix of the string is not a parent dir"
-        );
+    fn magic_names_the_filesystem_and_only_dev_s_tmpfs_is_devtmpfs() {
+        assert_eq!(kernel_fs(0x9fa0, 5, Some(6)), Some("proc"));
+        assert_eq!(kernel_fs(0x6367_7270, 5, Some(6)), Some("cgroup2"));
+        assert_eq!(kernel_fs(TMPFS_MAGIC, 6, Some(6)), Some("devtmpfs"));
+        assert_eq!(kernel_fs(RAMFS_MAGIC, 6, Some(6)), Some("devtmpfs"));
+        assert_eq!(kernel_fs(TMPFS_MAGIC, 27, Some(6)), None, "another tmpfs");
+        assert_eq!(kernel_fs(TMPFS_MAGIC, 6, None), None);
+        assert_eq!(kernel_fs(0xef53, 6, Some(6)), None, "a disk filesystem");
     }
 
     #[test]
@@ -130,6 +83,10 @@ mod tests {
             Some("on a kernel filesystem (proc)")
         );
         assert!(plain_bind_reason(Path::new("/sys/kernel")).is_some_and(|r| r.contains("sysfs")));
+        assert_eq!(
+            plain_bind_reason(Path::new("/dev")).as_deref(),
+            Some("on a kernel filesystem (devtmpfs)")
+        );
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(plain_bind_reason(dir.path()), None);
         assert_eq!(plain_bind_reason(&dir.path().join("missing")), None);
