@@ -147,19 +147,19 @@ pub(crate) fn detect(dir: &Path, src: &dyn Source) -> Result<Hierarchy> {
     Ok(h)
 }
 
-/// Written whole under a private name, then renamed: a reader sees the
-/// old record or the new one.
+/// Written in place with one write(2): a reader that sees it empty or torn
+/// (a writer killed midway) only falls back to mountinfo and rewrites it,
+/// and no temporary file can be left behind by a killed shim.
 fn write(dir: &Path, file: &Path, rec: &Record) -> io::Result<()> {
+    use std::io::Write;
     std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!("{FILE}.{}", crate::pool::unique_suffix()));
-    let r = serde_json::to_vec(rec)
-        .map_err(io::Error::other)
-        .and_then(|b| std::fs::write(&tmp, b))
-        .and_then(|()| std::fs::rename(&tmp, file));
-    if r.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    r
+    let bytes = serde_json::to_vec(rec).map_err(io::Error::other)?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(file)?
+        .write_all(&bytes)
 }
 
 #[cfg(test)]

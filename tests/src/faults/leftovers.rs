@@ -112,7 +112,8 @@ fn is_fixture(path: &str) -> bool {
     let node_log = name.starts_with("node-") && name.ends_with(".log");
     name.ends_with(".lock")
         || node_log
-        || ["leases.json", "counters.json", "meta.json"].contains(&name)
+        // The host's cgroup layout, remembered once per node (rund-cgroup's layout_cache).
+        || ["leases.json", "counters.json", "meta.json", ".layout.json"].contains(&name)
 }
 
 /// Re-takes [`Leftovers`] until nothing is left beyond `before` or `grace` passes. Returns
