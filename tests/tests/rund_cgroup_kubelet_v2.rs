@@ -154,7 +154,11 @@ fn pod_at_exact_paths(
     wait_for("the pod's cgroup empty", || only(&[]));
     std::fs::remove_dir(root.join(&pod_rel))
         .unwrap_or_else(|e| panic!("kubelet rmdir of {pod_rel}: {e}"));
-    let states = std::fs::read_dir(&state).map(|d| d.count()).unwrap_or(0);
-    assert_eq!(states, 0, "pool state was made for a pod's cgroup");
+    let states = rund_tests::shim::residue::pool_states(&state);
+    assert_eq!(
+        states,
+        Vec::<String>::new(),
+        "pool state was made for a pod's cgroup"
+    );
     assert_no_leaks_within(&ctd, &before, Duration::from_secs(15));
 }

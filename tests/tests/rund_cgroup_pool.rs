@@ -381,14 +381,7 @@ fn kubelet_shaped_pod_reuses_inside_the_pod_and_leaves_nothing() {
         std::fs::remove_dir(m.join(&pod_rel))
             .unwrap_or_else(|e| panic!("kubelet rmdir in {}: {e}", m.display()));
     }
-    // The host's cgroup layout is remembered there too (`.layout.json`).
-    let states: Vec<String> = std::fs::read_dir(&state)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n != ".layout.json")
-        .collect();
+    let states = rund_tests::shim::residue::pool_states(&state);
     assert_eq!(
         states,
         Vec::<String>::new(),

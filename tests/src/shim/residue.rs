@@ -103,3 +103,15 @@ fn stat_of(pid: u32) -> Option<(u32, String)> {
         .ok()?;
     Some((ppid, comm))
 }
+
+/// The per-parent states in the cgroup pool's `state` dir (one dir per pooled parent). The
+/// host's cgroup layout, remembered there once per node (`.layout.json`), is not one.
+pub fn pool_states(state: &Path) -> Vec<String> {
+    std::fs::read_dir(state)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != ".layout.json")
+        .collect()
+}
