@@ -16,7 +16,10 @@ fn link_release(bin: &str) {
     let order = std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("manifest dir"))
         .join("../linkorder")
         .join(format!("{bin}.order"));
-    println!("cargo:rerun-if-changed={}", order.display());
+    // A missing file named here would rerun this script, and so rebuild the
+    // crate, on every build: watch the folder until the file exists.
+    let watched = if order.exists() { order.clone() } else { order.with_file_name("") };
+    println!("cargo:rerun-if-changed={}", watched.display());
     // `make link-order` profiles an unordered build too (`=off`).
     println!("cargo:rerun-if-env-changed=RUND_LINK_ORDER");
     let wanted = std::env::var("RUND_LINK_ORDER").as_deref() != Ok("off");
