@@ -25,8 +25,8 @@ pub struct Cgroups {
 }
 
 impl Cgroups {
-    /// Detect the host layout, use the real cgroupfs, and start the refiller
-    /// when the pool is on (v1).
+    /// Detect the host layout, use the real cgroupfs, and allow the refiller
+    /// when the pool is on (v1; its thread starts on the first request).
     pub fn new(cfg: CgroupConfig) -> Result<Self> {
         cfg.validate()?;
         let hier = Hierarchy::detect_remembered(&cfg.state_dir)?;

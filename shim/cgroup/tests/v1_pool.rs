@@ -170,6 +170,35 @@ fn two_hundred_containers_leak_nothing() {
 
 /// Worker half of the cross-process race: claims names given in env vars.
 #[test]
+fn the_refiller_thread_starts_with_the_first_refill_request() {
+    let Some(t) = TestTree::v1() else { return };
+    let mut cfg = t.config();
+    cfg.batch = 8;
+    cfg.low = 4;
+    cfg.high = 16;
+    let cg = Arc::new(t.cgroups(cfg));
+    cg.start_refiller();
+    cg.pool().warm(Path::new("default"), 8).unwrap();
+    assert!(!cg.pool().refiller_running(), "a thread before any request");
+    // Claims that see more than `low` free slots ask for nothing.
+    let mut ms: Vec<_> = (0..4)
+        .map(|i| cg.create(&format!("/default/r{i}"), None).unwrap())
+        .collect();
+    assert!(ms.iter().all(|m| m.pooled()));
+    assert!(!cg.pool().refiller_running(), "started above low water");
+    // This claim sees `low` free slots: the refiller starts and tops up.
+    ms.push(cg.create("/default/r4", None).unwrap());
+    assert!(cg.pool().refiller_running(), "not started at low water");
+    cg.pool().refiller_idle();
+    let free = assert_slots_consistent(&t, "default");
+    assert!(free >= 4, "{free} free slots after the refill");
+    for m in ms {
+        m.destroy().unwrap();
+    }
+    assert_eq!(containers_left(&t, "default"), Vec::<String>::new());
+}
+
+#[test]
 fn race_worker() {
     let (Ok(roots), Ok(state), Ok(prefix)) = (
         std::env::var("RUND_CG_ROOTS"),

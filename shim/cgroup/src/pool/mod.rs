@@ -89,7 +89,7 @@ pub struct Pool {
     pub(crate) cfg: CgroupConfig,
     configured: Vec<PathBuf>,
     keeper: keep::Keeper,
-    refiller: Mutex<Option<refiller::Handle>>,
+    refiller: Mutex<refiller::Lazy>,
 }
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
@@ -142,7 +142,7 @@ impl Pool {
             fs,
             cfg,
             keeper: keep::Keeper::default(),
-            refiller: Mutex::new(None),
+            refiller: Mutex::default(),
         }
     }
 
@@ -371,23 +371,26 @@ impl Pool {
         Ok(rep)
     }
 
-    /// Start the background refiller thread (idempotent; v1 only).
+    /// Allow the background refiller (idempotent; v1 only). Its thread
+    /// starts with the first refill request.
     pub fn start_refiller(self: &Arc<Self>) {
         if self.hier.is_v2() {
             return;
         }
         let mut g = self.refiller.lock().unwrap_or_else(|e| e.into_inner());
-        if g.is_none() {
-            *g = Some(refiller::Handle::spawn(Arc::downgrade(self)));
-        }
+        g.arm(Arc::downgrade(self));
     }
 
     /// Ask the refiller to look at `parent` (no-op without a refiller).
     pub fn request_refill(&self, parent: &Path) {
+        let mut g = self.refiller.lock().unwrap_or_else(|e| e.into_inner());
+        g.request(parent);
+    }
+
+    /// Whether this process's refiller thread has been started.
+    pub fn refiller_running(&self) -> bool {
         let g = self.refiller.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(h) = g.as_ref() {
-            h.request(parent);
-        }
+        g.handle().is_some()
     }
 
     /// Wait until the refiller has handled every request so far (tests).
@@ -396,7 +399,8 @@ impl Pool {
             .refiller
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone();
+            .handle()
+            .cloned();
         if let Some(h) = h {
             h.wait_idle();
         }

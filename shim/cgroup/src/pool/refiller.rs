@@ -1,12 +1,49 @@
-//! The background refiller: one thread per process, fed by claims. The
-//! refill itself runs under the per-parent file lock, so one refiller per
-//! parent runs on the node at a time.
+//! The background refiller: one thread per process, fed by claims, and
+//! started by the first claim that asks for a refill (most per-pod shims
+//! never do, and a thread made on every start costs a clone, a stack mapping
+//! and the mm lock they take). The refill itself runs under the per-parent
+//! file lock, so one refiller per parent runs on the node at a time.
 
 use super::Pool;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex, Weak};
+
+/// The refiller of a process: off, allowed but not started, or running.
+#[derive(Debug, Default)]
+pub(crate) enum Lazy {
+    #[default]
+    Off,
+    Armed(Weak<Pool>),
+    Running(Handle),
+}
+
+impl Lazy {
+    /// Allow a refiller; the thread starts on the first request.
+    pub(crate) fn arm(&mut self, pool: Weak<Pool>) {
+        if matches!(self, Lazy::Off) {
+            *self = Lazy::Armed(pool);
+        }
+    }
+
+    /// Queue `parent`, starting the thread if it is not running yet.
+    pub(crate) fn request(&mut self, parent: &Path) {
+        if let Lazy::Armed(pool) = self {
+            *self = Lazy::Running(Handle::spawn(pool.clone()));
+        }
+        if let Lazy::Running(h) = self {
+            h.request(parent);
+        }
+    }
+
+    pub(crate) fn handle(&self) -> Option<&Handle> {
+        match self {
+            Lazy::Running(h) => Some(h),
+            _ => None,
+        }
+    }
+}
 
 #[derive(Debug, Default)]
 struct Pending {
