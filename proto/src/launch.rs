@@ -51,6 +51,13 @@ pub struct LaunchConfig {
     /// (`ClaimSandbox`), which then joins or makes its network namespace.
     #[serde(default)]
     pub warm: bool,
+    /// Where the node's agent-root template is pinned (an nsfs bind, made
+    /// on first use). A launch with no user namespace and no sysctls enters
+    /// it before its unshare, so the agent copies a few mounts instead of
+    /// the host's table and needs no pivot_root. None: the agent builds its
+    /// own root.
+    #[serde(default)]
+    pub root_template: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

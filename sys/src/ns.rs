@@ -2,7 +2,7 @@
 //! and checked to be the kind the caller expects.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -25,14 +25,12 @@ pub fn clone_flag(kind: &str) -> Option<i32> {
 /// Opens `path` and checks it is a namespace of `kind`.
 pub fn open_ns(kind: &str, path: &Path) -> io::Result<OwnedFd> {
     let file = std::fs::File::open(path)?;
-    // SAFETY: NS_GET_NSTYPE takes no argument and returns the CLONE_NEW* type or -1.
-    let t = unsafe { libc::ioctl(file.as_raw_fd(), NS_GET_NSTYPE) };
-    if t < 0 {
+    let Some(t) = ns_type(file.as_fd()) else {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "not a namespace file",
         ));
-    }
+    };
     if Some(t) != clone_flag(kind) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -40,6 +38,18 @@ pub fn open_ns(kind: &str, path: &Path) -> io::Result<OwnedFd> {
         ));
     }
     Ok(file.into())
+}
+
+/// The CLONE_NEW* type of the namespace `fd` is, if it is one.
+fn ns_type(fd: BorrowedFd<'_>) -> Option<i32> {
+    // SAFETY: NS_GET_NSTYPE takes no argument and returns the CLONE_NEW* type or -1.
+    let t = unsafe { libc::ioctl(fd.as_raw_fd(), NS_GET_NSTYPE) };
+    (t >= 0).then_some(t)
+}
+
+/// Whether `fd` is a namespace of `kind`.
+pub fn is_kind(fd: BorrowedFd<'_>, kind: &str) -> bool {
+    ns_type(fd).is_some_and(|t| Some(t) == clone_flag(kind))
 }
 
 /// (dev, ino) that identify a namespace.
@@ -58,6 +68,10 @@ mod tests {
         assert!(e.to_string().contains("different kind"), "{e}");
         let e = open_ns("net", Path::new("/etc/hostname")).unwrap_err();
         assert!(e.to_string().contains("not a namespace"), "{e}");
+        let mnt = std::fs::File::open("/proc/self/ns/mnt").unwrap();
+        assert!(is_kind(mnt.as_fd(), "mnt") && !is_kind(mnt.as_fd(), "net"));
+        let plain = std::fs::File::open("/etc/hostname").unwrap();
+        assert!(!is_kind(plain.as_fd(), "mnt"));
         let e = open_ns("net", Path::new("/nonexistent/ns")).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound, "{e}");
         assert_eq!(

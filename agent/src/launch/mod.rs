@@ -29,6 +29,8 @@ pub enum LaunchError {
     Bad(String),
     #[error("launch: {0}")]
     Sysctl(#[from] crate::container::sysctl::SysctlWriteError),
+    #[error("launch: {0}")]
+    Template(#[from] crate::sandbox::root::RootError),
 }
 
 fn sys(op: impl Into<String>) -> impl FnOnce(nix::errno::Errno) -> LaunchError {
@@ -160,6 +162,15 @@ fn launch(sync: BorrowedFd<'_>) -> Result<(), LaunchError> {
             flags |= f;
         }
     }
+    // The node's template: sysctls are written through the host's /proc
+    // below, which the template does not have.
+    let templated = match cfg.root_template.as_deref() {
+        Some(pin) if !cfg.userns && cfg.sysctls.is_empty() => {
+            crate::sandbox::template::enter(std::path::Path::new(pin))?;
+            true
+        }
+        _ => false,
+    };
     unshare(flags).map_err(sys(format!("unshare {flags:?}")))?;
     // The rest: every key when there is no user namespace, else the keys of
     // the namespaces made here (owned by the sandbox's user namespace). A key
@@ -178,7 +189,7 @@ fn launch(sync: BorrowedFd<'_>) -> Result<(), LaunchError> {
                     std::process::exit(1);
                 }
             }
-            crate::sandbox::main(cfg, init_bin)
+            crate::sandbox::main(cfg, init_bin, templated)
         }
         ForkResult::Parent { child } => {
             launch::send_json(

@@ -1,9 +1,11 @@
 //! The agent's own start: a tiny tmpfs root (fresh /proc, a few device
-//! binds, the dir container rootfs trees are attached to), pivot_root into
-//! it so no host mount stays reachable, then the single-threaded runtime
-//! serving ttrpc on the one connection the shim handed over.
+//! binds, the dir container rootfs trees are attached to) where no host
+//! mount is reachable, a copy of the node's template (`template`) or built
+//! and pivoted into, then the single-threaded runtime serving ttrpc on the
+//! one connection the shim handed over.
 
 pub mod root;
+pub mod template;
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
@@ -23,8 +25,9 @@ pub enum AgentError {
     Runtime(String),
 }
 
-/// The agent's main, in the forked PID 1. Never returns.
-pub fn main(cfg: LaunchConfig, init_bin: InitBinary) -> ! {
+/// The agent's main, in the forked PID 1. Never returns. `templated`: the
+/// launcher entered the node's template before its unshare.
+pub fn main(cfg: LaunchConfig, init_bin: InitBinary, templated: bool) -> ! {
     crate::log::set_debug(cfg.debug);
     // Nothing in a container may ptrace the agent or open its /proc files
     // (containers never share its pid namespace, but a hostPID one could).
@@ -32,7 +35,7 @@ pub fn main(cfg: LaunchConfig, init_bin: InitBinary) -> ! {
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
     // SAFETY: fd 5 is the launch handshake socket, inherited from the shim; nothing else owns it.
     let sync = unsafe { OwnedFd::from_raw_fd(launch::SYNC_FD) };
-    let code = match run(&cfg, &sync, init_bin) {
+    let code = match run(&cfg, &sync, init_bin, templated) {
         Ok(()) => 0,
         Err(e) => {
             crate::warn!("{e}");
@@ -48,8 +51,13 @@ pub fn main(cfg: LaunchConfig, init_bin: InitBinary) -> ! {
     std::process::exit(code)
 }
 
-fn run(cfg: &LaunchConfig, sync: &OwnedFd, init_bin: InitBinary) -> Result<(), AgentError> {
-    root::setup()?;
+fn run(
+    cfg: &LaunchConfig,
+    sync: &OwnedFd,
+    init_bin: InitBinary,
+    templated: bool,
+) -> Result<(), AgentError> {
+    root::setup(templated)?;
     // One thread for the sandbox's whole life: one arena, large buffers
     // (specs, replies) back to the kernel when freed.
     rund_sys::trim::lean_malloc(64 << 10);

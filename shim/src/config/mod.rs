@@ -75,14 +75,32 @@ pub struct SandboxConfig {
     /// the warm template, while containerd is still on its way to Create;
     /// the pod claims it if it fits (no user namespace, no hostPID).
     pub head_start: bool,
+    /// Where the node's agent-root template is pinned (made by the first
+    /// launch that needs it; see `rund-agent`'s `sandbox::template`). An
+    /// agent without a user namespace starts in a copy of it: no copy of the
+    /// host's mount table and no pivot_root per pod. "": every agent builds
+    /// its own root.
+    pub root_template: String,
 }
+
+/// The default pin of the agent-root template; the number is its layout's
+/// version, so an upgraded agent never enters an older tree.
+pub const ROOT_TEMPLATE: &str = "/run/rund/agent-root.1";
 
 impl Default for SandboxConfig {
     fn default() -> Self {
         SandboxConfig {
             warm: 2,
             head_start: true,
+            root_template: ROOT_TEMPLATE.into(),
         }
+    }
+}
+
+impl SandboxConfig {
+    /// The template's pin, if agents use one.
+    pub fn root_template(&self) -> Option<String> {
+        (!self.root_template.is_empty()).then(|| self.root_template.clone())
     }
 }
 
@@ -244,6 +262,13 @@ impl RundConfig {
                 config.sandbox.warm
             )));
         }
+        let pin = &config.sandbox.root_template;
+        let absolute_file = pin.starts_with('/') && Path::new(pin).file_name().is_some();
+        if !pin.is_empty() && !absolute_file {
+            return Err(malformed(&format_args!(
+                "[sandbox] root_template = {pin:?} must be an absolute file path (or \"\" for none)"
+            )));
+        }
         Ok(config)
     }
 
@@ -324,6 +349,22 @@ mod tests {
         let e = RundConfig::parse("[sandbox]\nwarm = 65\n", Path::new("x")).unwrap_err();
         assert!(e.to_string().contains("over the limit of 64"), "{e}");
         assert!(RundConfig::parse("[sandbox]\nwarm = -1\n", Path::new("x")).is_err());
+    }
+
+    #[test]
+    fn the_agent_root_template_is_an_absolute_file_or_none() {
+        let d = RundConfig::default().sandbox;
+        assert_eq!(d.root_template().as_deref(), Some(ROOT_TEMPLATE));
+        let c = RundConfig::parse("[sandbox]\nroot_template = \"\"\n", Path::new("x")).unwrap();
+        assert_eq!(c.sandbox.root_template(), None);
+        let c =
+            RundConfig::parse("[sandbox]\nroot_template = \"/run/t/a\"\n", Path::new("x")).unwrap();
+        assert_eq!(c.sandbox.root_template().as_deref(), Some("/run/t/a"));
+        for bad in ["run/a", "/", "/run/.."] {
+            let text = format!("[sandbox]\nroot_template = {bad:?}\n");
+            let e = RundConfig::parse(&text, Path::new("x")).unwrap_err();
+            assert!(e.to_string().contains("absolute file path"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -240,6 +240,7 @@ mod tests {
             agent_bin: agent_bin.into(),
             debug: false,
             trim_after_ms: 0,
+            root_template: None,
         };
         launch_plan(&template, false)
     }

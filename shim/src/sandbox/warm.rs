@@ -37,6 +37,8 @@ pub struct Template {
     pub agent_bin: PathBuf,
     pub debug: bool,
     pub trim_after_ms: u64,
+    /// The node's agent-root template (`[sandbox] root_template`).
+    pub root_template: Option<String>,
 }
 
 impl Template {
@@ -46,6 +48,7 @@ impl Template {
             agent_bin: config.agent_binary(),
             debug,
             trim_after_ms: config.idle.trim_after_ms,
+            root_template: config.sandbox.root_template(),
         }
     }
 }
@@ -184,6 +187,7 @@ pub fn launch_config(template: &Template, new_net: bool) -> LaunchConfig {
         debug: template.debug,
         trim_after_ms: template.trim_after_ms,
         warm: true,
+        root_template: template.root_template.clone(),
     }
 }
 
@@ -245,12 +249,14 @@ mod tests {
             agent_bin: "/x".into(),
             debug: true,
             trim_after_ms: 7,
+            root_template: Some("/run/x".into()),
         };
         let c = launch_config(&t, false);
         assert!(c.warm && c.new_ipc && c.new_uts);
         assert!(!c.userns && !c.new_net && !c.host_pid);
         assert!(c.hostname.is_none() && c.sysctls.is_empty());
         assert_eq!((c.debug, c.trim_after_ms), (true, 7));
+        assert_eq!(c.root_template.as_deref(), Some("/run/x"));
         // A head start for a pod that wants its own network namespace.
         let c = launch_config(&t, true);
         assert!(c.warm && c.new_net && !c.userns && c.sandbox_id == "warm");

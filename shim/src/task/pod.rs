@@ -154,6 +154,8 @@ pub async fn start(
             debug: svc.debug,
             trim_after_ms: config.idle.trim_after_ms,
             warm: false,
+            // Not in a user namespace: its copy would be locked to it.
+            root_template: config.sandbox.root_template().filter(|_| !about.userns),
         };
         let plan = SpawnPlan {
             config: launch,
