@@ -29,7 +29,8 @@ pub struct Args {
     /// Concurrent-start rounds per runtime and N; rounds alternate the order
     /// and the table takes the median. Default: 3 in the main comparison
     /// (one burst of 200 on a shared 2-core machine varies by up to 2× from
-    /// run to run) and 1 in the pool and Kubernetes studies; quick 1.
+    /// run to run), 2 in the pool study (pool on first, then off first) and
+    /// 1 in the Kubernetes study; quick 1.
     #[arg(long)]
     pub rounds: Option<usize>,
     /// Stop-latency samples per runtime (default 3, quick 1).
@@ -132,8 +133,10 @@ pub struct Plan {
     pub concurrency: Vec<usize>,
     /// Rounds of the main comparison's concurrent starts.
     pub rounds: usize,
-    /// Rounds of each burst in the pool and Kubernetes studies.
+    /// Rounds of each burst in the Kubernetes study.
     pub study_rounds: usize,
+    /// Rounds of each burst in the pool study.
+    pub pool_rounds: usize,
     pub stop_samples: usize,
     pub stop_cap: Duration,
     pub runtimes: Vec<RuntimeKind>,
@@ -181,6 +184,8 @@ impl Args {
         }
         let rounds = self.rounds.unwrap_or(if q { 1 } else { 3 });
         let study_rounds = self.rounds.unwrap_or(1);
+        // One round each would always run the pool's burst first.
+        let pool_rounds = self.rounds.unwrap_or(if q { 1 } else { 2 });
         if rounds == 0 {
             return Err("--rounds must be > 0".into());
         }
@@ -210,6 +215,7 @@ impl Args {
             concurrency,
             rounds,
             study_rounds,
+            pool_rounds,
             stop_samples: self.stop_samples.unwrap_or(if q { 1 } else { 3 }),
             stop_cap: Duration::from_secs(self.stop_cap),
             runtimes,
@@ -257,12 +263,12 @@ mod tests {
             (p.iterations, p.concurrency.clone(), p.stop_samples),
             (10, vec![50], 1)
         );
-        assert_eq!((p.rounds, p.study_rounds), (1, 1));
+        assert_eq!((p.rounds, p.study_rounds, p.pool_rounds), (1, 1, 1));
         let p = plan(&[]).unwrap();
         assert_eq!((p.iterations, p.concurrency), (30, vec![50, 200]));
-        assert_eq!((p.rounds, p.study_rounds), (3, 1));
+        assert_eq!((p.rounds, p.study_rounds, p.pool_rounds), (3, 1, 2));
         let p = plan(&["--rounds", "2"]).unwrap();
-        assert_eq!((p.rounds, p.study_rounds), (2, 2));
+        assert_eq!((p.rounds, p.study_rounds, p.pool_rounds), (2, 2, 2));
         assert!(plan(&["--rounds", "0"]).is_err());
     }
 

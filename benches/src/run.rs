@@ -58,7 +58,7 @@ fn pool_options<'a>(p: &'a Plan, bin_dir: Option<&'a std::path::Path>) -> pool::
     pool::Options {
         iterations: p.feature_iterations,
         concurrency: &p.concurrency,
-        rounds: p.study_rounds,
+        rounds: p.pool_rounds,
         cycles: p.pool_cycles,
         rund_bin_dir: bin_dir,
     }
