@@ -75,14 +75,7 @@ fn make(pin: &Path) -> Result<OwnedFd, RootError> {
         "{}.lock",
         pin.file_name().unwrap_or_default().to_string_lossy()
     ));
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&lock_path)
-        .map_err(io(format!("open {}", lock_path.display())))?;
+    let lock = root_file(&lock_path)?;
     // SAFETY: flock on an fd we own; released when it is closed.
     Errno::result(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) })
         .map_err(e(format!("lock {}", lock_path.display())))?;
@@ -91,14 +84,7 @@ fn make(pin: &Path) -> Result<OwnedFd, RootError> {
     }
     // A stale pin: a mount of something else, or a plain file.
     let _ = umount2(pin, MntFlags::MNT_DETACH);
-    std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(pin)
-        .map_err(io(format!("create {}", pin.display())))?;
+    root_file(pin)?;
     build_and_pin(pin)?;
     open_pinned(pin).ok_or(RootError {
         op: format!(
@@ -107,6 +93,18 @@ fn make(pin: &Path) -> Result<OwnedFd, RootError> {
         ),
         errno: Errno::EIO,
     })
+}
+
+/// Opens `path`, made root's and private if missing; never through a symlink.
+fn root_file(path: &Path) -> Result<std::fs::File, RootError> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(io(format!("open {}", path.display())))
 }
 
 /// A child builds the tree in a new mount namespace and waits; the parent
