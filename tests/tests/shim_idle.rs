@@ -1,6 +1,6 @@
 //! An idle shim and agent give back their start-up pages (`[idle] trim_after_ms`): the clean
-//! file pages they mapped at start are unmapped once requests have been quiet that long, and
-//! the pod keeps working (exec, kill, delete) with the pages faulted back in, and given back
+//! file pages they mapped at start are unmapped once requests have been quiet that long (and
+//! their main thread's dead stack let go), and the pod keeps working (exec, kill, delete) with the pages faulted back in, and given back
 //! again once quiet. What polls alone (State) map back stays until `trim_after_polls_ms`.
 //! With 0, nothing is unmapped.
 //!
@@ -28,6 +28,16 @@ fn mapped_kb(pid: u32) -> u64 {
         .iter()
         .map(|m| m.rss_kb)
         .sum()
+}
+
+/// kB resident in `pid`'s main thread stack.
+fn stack_kb(pid: u32) -> u64 {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    let mut lines = smaps.lines().skip_while(|l| !l.ends_with("[stack]"));
+    lines
+        .find_map(|l| l.strip_prefix("Rss:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// A started `sleep` pod whose shim trims after `trim_ms` (`polls_ms` after polls alone);
@@ -75,7 +85,8 @@ async fn idle_shim_and_agent_unmap_start_pages_and_keep_working() {
     };
     let (d, agent, shim_kb, agent_kb) = started(&bins, 1000, POLLS_MS).await;
     let shim = d.shim.pid;
-    eprintln!("after Start: shim {shim_kb} kB, agent {agent_kb} kB mapped");
+    let stacks = (stack_kb(shim), stack_kb(agent));
+    eprintln!("after Start: shim {shim_kb} kB, agent {agent_kb} kB mapped; stacks {stacks:?} kB");
     let deadline = Instant::now() + Duration::from_secs(20);
     let (mut shim_now, mut agent_now) = (shim_kb, agent_kb);
     while Instant::now() < deadline && (shim_now * 2 > shim_kb || agent_now * 2 > agent_kb) {
@@ -83,6 +94,14 @@ async fn idle_shim_and_agent_unmap_start_pages_and_keep_working() {
         (shim_now, agent_now) = (mapped_kb(shim), mapped_kb(agent));
     }
     eprintln!("idle: shim {shim_now} kB, agent {agent_now} kB mapped");
+    // With the code, the runtime threads let go of their dead stack (start-up's and the
+    // requests'): what stays is the frames of their wait.
+    let idle_stacks = (stack_kb(shim), stack_kb(agent));
+    eprintln!("idle stacks: {idle_stacks:?} kB (after Start: {stacks:?})");
+    assert!(
+        idle_stacks.0 * 2 <= stacks.0 && idle_stacks.1 * 2 <= stacks.1,
+        "the idle shim and agent kept their dead stack: {idle_stacks:?} kB, {stacks:?} after Start"
+    );
     // What runs after the unmapping goes through no libc code (raw syscalls, and a raw
     // futex wait after): the agent, which nothing wakes, has none of libc's text mapped.
     let libc_kb = |pid: u32| -> u64 {

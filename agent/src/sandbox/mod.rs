@@ -69,6 +69,8 @@ fn run(
         .enable_all()
         .build()
         .map_err(|e| AgentError::Runtime(e.to_string()))?;
+    let handle = rt.handle().clone();
+    rund_sys::trim::stack::wake_with(move || drop(handle.spawn(async {})));
     rt.block_on(serve(cfg, sync, init_bin))
 }
 

@@ -126,9 +126,9 @@ pub struct ShimConfig {
 pub struct IdleConfig {
     /// After this long with no request (the agent: no Start or Delete),
     /// the shim and the agent unmap the clean file pages (binary and
-    /// library code) they touched: the page cache keeps them, shared by
-    /// every pod, and a page used again is mapped back by a minor fault.
-    /// 0: never. A quarter second: the pages of a burst's pods go soon
+    /// library code) they touched, and the dead part of their main
+    /// thread's stack: the page cache keeps the code, shared by every pod,
+    /// and a page used again is mapped back by a minor fault. 0: never. A quarter second: the pages of a burst's pods go soon
     /// after each starts.
     pub trim_after_ms: u64,
     /// The delay instead when only polls (State, Stats, Pids, and the

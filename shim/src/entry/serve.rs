@@ -71,6 +71,8 @@ pub fn run(flags: Flags) -> Result<(), EntryError> {
         .enable_all()
         .build()
         .map_err(EntryError::Runtime)?;
+    let handle = rt.handle().clone();
+    rund_sys::trim::stack::wake_with(move || drop(handle.spawn(async {})));
     let r = rt.block_on(serve(flags, config, early));
     if let Err(e) = &r {
         // `start` reads our stdout until it closes: an error there is reported.

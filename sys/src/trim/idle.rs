@@ -107,6 +107,10 @@ pub fn touch() {
     }
 }
 
+/// How long a trim waits for the main thread to let go of its dead stack
+/// (it does so at its next park anyway).
+const LET_GO_LIMIT: Duration = Duration::from_millis(10);
+
 /// A trim due this soon is pushed back by a thread's exit, which might
 /// otherwise run its libc code after the trim.
 const EXIT_MARGIN: Duration = Duration::from_millis(20);
@@ -206,6 +210,8 @@ fn run(t: &Trimmer) -> ! {
             t.counting_ms.store(millis(after), Ordering::SeqCst);
         }
         if t.quiet.still(ticket) {
+            // Before the code goes: the runtime's wake-up runs some of it.
+            super::stack::let_go(LET_GO_LIMIT);
             let _held = FORKS.lock().unwrap_or_else(|e| e.into_inner());
             super::trim_self();
             t.trims.fetch_add(1, Ordering::SeqCst);

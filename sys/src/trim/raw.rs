@@ -19,16 +19,35 @@ pub unsafe fn madvise(addr: usize, len: usize, advice: i32) -> isize {
 /// return early (a wake, a signal, or `word` already changed).
 #[inline(always)]
 pub fn futex_wait(word: &AtomicU32, seen: u32) {
+    wait(word, seen, None);
+}
+
+/// [`futex_wait`] for at most `limit`.
+pub fn futex_wait_for(word: &AtomicU32, seen: u32, limit: std::time::Duration) {
+    let ts = libc::timespec {
+        tv_sec: limit.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: limit.subsec_nanos() as libc::c_long,
+    };
+    wait(word, seen, Some(&ts));
+}
+
+#[inline(always)]
+fn wait(word: &AtomicU32, seen: u32, limit: Option<&libc::timespec>) {
     let op = (libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG) as usize;
-    // SAFETY: a futex wait on a live u32 of ours; the null fourth argument
-    // is FUTEX_WAIT's timeout pointer (none).
+    // A match, not a closure: nothing here may be a call after a trim.
+    let ts = match limit {
+        Some(t) => t as *const libc::timespec as usize,
+        None => 0,
+    };
+    // SAFETY: a futex wait on a live u32 of ours; the fourth argument is
+    // FUTEX_WAIT's relative timeout: null (none) or a live timespec.
     unsafe {
         syscall4(
             libc::SYS_futex as usize,
             word.as_ptr() as usize,
             op,
             seen as usize,
-            0,
+            ts,
         )
     };
 }
@@ -102,6 +121,14 @@ mod tests {
                 futex_wait(&w, 1);
             }
         });
+    }
+
+    #[test]
+    fn futex_wait_for_ends_at_its_limit() {
+        let w = AtomicU32::new(1);
+        let t = std::time::Instant::now();
+        futex_wait_for(&w, 1, std::time::Duration::from_millis(30));
+        assert!(t.elapsed() >= std::time::Duration::from_millis(25));
     }
 
     #[test]

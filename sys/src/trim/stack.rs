@@ -1,41 +1,146 @@
 //! The dead part of the main thread's stack: pages below the current frame
 //! hold only frames of calls that returned (start-up, the last request). A
-//! runtime on the main thread lets them go as it parks; the next deep call
-//! faults in fresh zeroed pages.
+//! runtime on the main thread lets them go as it parks, once the process
+//! has gone quiet: the idle trimmer asks for it ([`let_go`]) right before
+//! it unmaps the process's code. Not at every park: a busy thread would
+//! fault the same pages back in at each wake-up, and each madvise that
+//! finds them costs a TLB flush (about 0.5 ms of a pod's start in the shim,
+//! 40 wake-ups).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
 
 /// The main thread's `[stack]` mapping, `[LOW, HIGH)` (HIGH 0: not read yet;
 /// LOW = HIGH: none).
 static LOW: AtomicUsize = AtomicUsize::new(0);
 static HIGH: AtomicUsize = AtomicUsize::new(0);
-/// The thread ran since it last let go.
-static DIRTY: AtomicBool = AtomicBool::new(true);
+static MAIN: Handshake = Handshake::new();
+/// Wakes the main thread's runtime (registered with [`wake_with`]).
+static WAKE: OnceLock<Box<dyn Fn() + Send + Sync>> = OnceLock::new();
+
+/// Between the idle trimmer, which asks for the stack to go, and the
+/// thread that runs on it, which lets it go as it parks.
+struct Handshake {
+    /// The thread ran since it last let go.
+    dirty: AtomicBool,
+    /// Asked to let go at its next park.
+    due: AtomicBool,
+    /// Bumped by each let-go: the asker's futex word.
+    done: AtomicU32,
+}
+
+impl Handshake {
+    const fn new() -> Handshake {
+        Handshake {
+            dirty: AtomicBool::new(true),
+            due: AtomicBool::new(false),
+            done: AtomicU32::new(0),
+        }
+    }
+
+    /// At a park: whether to let go now (asked, and ran since the last time).
+    fn parking(&self) -> bool {
+        if !self.due.load(Ordering::SeqCst) {
+            return false;
+        }
+        self.due.store(false, Ordering::SeqCst);
+        self.dirty.swap(false, Ordering::SeqCst)
+    }
+
+    /// After a park's let-go (or a park that had nothing to let go).
+    fn ack(&self) {
+        self.done.fetch_add(1, Ordering::SeqCst);
+        super::raw::futex_wake(&self.done);
+    }
+
+    /// Asks for a let-go and wakes the thread with `wake`; waits up to
+    /// `limit` for it. False when nothing ran since the last one.
+    fn ask(&self, wake: &dyn Fn(), limit: Duration) -> bool {
+        if !self.dirty.load(Ordering::SeqCst) {
+            return false;
+        }
+        let seen = self.done.load(Ordering::SeqCst);
+        self.due.store(true, Ordering::SeqCst);
+        wake();
+        // A busy thread lets go at its next park, after the limit.
+        super::raw::futex_wait_for(&self.done, seen, limit);
+        true
+    }
+}
+
+/// Registers how to wake the runtime that runs on the main thread (its
+/// handle spawning an empty task): a let-go happens only at a park.
+pub fn wake_with(wake: impl Fn() + Send + Sync + 'static) {
+    let _ = WAKE.set(Box::new(wake));
+}
+
+/// For the idle trimmer, before it unmaps code: the main thread's runtime
+/// lets go of its dead stack (waking it for that), within `limit`, and is
+/// back in its runtime's wait, so the code of its way back there is not
+/// run after the unmapping. Not inlined: the trimmer's loop, which runs
+/// after the unmapping, keeps to the pages it had.
+#[inline(never)]
+pub(super) fn let_go(limit: Duration) {
+    let Some(wake) = WAKE.get() else {
+        return;
+    };
+    let end = std::time::Instant::now() + limit;
+    let syscall = format!("/proc/self/task/{}/syscall", std::process::id());
+    if MAIN.ask(wake.as_ref(), limit) {
+        while !waiting(&syscall) && std::time::Instant::now() < end {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+/// The thread whose `syscall` file this is waits in a syscall other than
+/// a futex (a lock, maybe malloc's, on its way back to its wait). Reads
+/// into the stack: a trimmer on the heap would take malloc's lock.
+fn waiting(syscall: &str) -> bool {
+    use std::io::Read;
+    let mut buf = [0u8; 24];
+    let Ok(n) = std::fs::File::open(syscall).and_then(|mut f| f.read(&mut buf)) else {
+        return false;
+    };
+    let first = buf[..n].split(|&b| b == b' ').next().unwrap_or_default();
+    match std::str::from_utf8(first)
+        .ok()
+        .and_then(|s| s.trim().parse::<i64>().ok())
+    {
+        Some(nr) => nr >= 0 && nr != libc::SYS_futex,
+        // "running", or -1 (blocked, not in a syscall).
+        None => false,
+    }
+}
 
 /// For the runtime's unpark hook: the thread runs again.
 pub fn unparked() {
-    DIRTY.store(true, Ordering::Relaxed);
+    MAIN.dirty.store(true, Ordering::Relaxed);
 }
 
-/// For the runtime's park hook: when this thread runs on the `[stack]`
-/// mapping (the main thread), lets go of its pages below this frame, once
-/// per wake-up. On any other thread's stack it does nothing.
+/// For the runtime's park hook: when the idle trimmer asked and this thread
+/// runs on the `[stack]` mapping (the main thread), lets go of its pages
+/// below this frame. On any other thread's stack it does nothing.
 #[inline(never)]
 pub fn parking() {
-    if !DIRTY.swap(false, Ordering::Relaxed) {
+    if !MAIN.due.load(Ordering::Relaxed) {
         return;
     }
-    if HIGH.load(Ordering::Relaxed) == 0 {
-        let (low, high) = stack_range().unwrap_or((1, 1));
-        LOW.store(low, Ordering::Relaxed);
-        HIGH.store(high, Ordering::Relaxed);
+    if MAIN.parking() {
+        if HIGH.load(Ordering::Relaxed) == 0 {
+            let (low, high) = stack_range().unwrap_or((1, 1));
+            LOW.store(low, Ordering::Relaxed);
+            HIGH.store(high, Ordering::Relaxed);
+        }
+        let here = 0u8;
+        let sp = std::hint::black_box(&here) as *const u8 as usize;
+        let (low, high) = (LOW.load(Ordering::Relaxed), HIGH.load(Ordering::Relaxed));
+        // SAFETY: the range is checked to be this thread's own stack below
+        // its current frame.
+        unsafe { drop_below(low, high, sp) };
     }
-    let here = 0u8;
-    let sp = std::hint::black_box(&here) as *const u8 as usize;
-    let (low, high) = (LOW.load(Ordering::Relaxed), HIGH.load(Ordering::Relaxed));
-    // SAFETY: the range is checked to be this thread's own stack below its
-    // current frame.
-    unsafe { drop_below(low, high, sp) };
+    MAIN.ack();
 }
 
 /// `madvise(MADV_DONTNEED)` on `[low, page of sp - 1 page)` when `sp` lies in
@@ -116,7 +221,83 @@ mod tests {
         // A test thread's stack is not `[stack]`: a no-op, and the thread runs on.
         let v = vec![1u8; 1 << 20];
         unparked();
+        MAIN.due.store(true, Ordering::SeqCst);
+        let done = MAIN.done.load(Ordering::SeqCst);
         parking();
         assert_eq!(v.iter().map(|&b| b as usize).sum::<usize>(), 1 << 20);
+        assert_ne!(MAIN.done.load(Ordering::SeqCst), done, "the park acked");
+    }
+
+    #[test]
+    fn a_thread_in_a_wait_reads_as_waiting_and_one_on_a_lock_or_running_not() {
+        let file = |tid: i32| format!("/proc/self/task/{tid}/syscall");
+        assert!(!waiting(&file(0)), "no such thread");
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let stop = &stop;
+            s.spawn(move || {
+                tx.send(nix::unistd::gettid().as_raw()).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            });
+            let path = file(rx.recv().unwrap());
+            std::thread::sleep(Duration::from_millis(20));
+            let running = !waiting(&path);
+            stop.store(true, Ordering::Relaxed);
+            assert!(running, "a spinning thread reads as waiting");
+        });
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let lock = std::sync::Mutex::new(());
+        let held = lock.lock().unwrap();
+        let until = |path: &str, want: bool| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while waiting(path) != want && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            waiting(path) == want
+        };
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                tid_tx.send(nix::unistd::gettid().as_raw()).unwrap();
+                // On a lock (a futex), then in a read.
+                drop(lock.lock().unwrap());
+                let mut b = [0u8; 1];
+                nix::unistd::read(&r, &mut b).unwrap();
+            });
+            let path = file(tid_rx.recv().unwrap());
+            // Blocked on the lock: a futex wait is not a runtime's wait.
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!waiting(&path), "a thread on a lock reads as waiting");
+            drop(held);
+            assert!(until(&path, true), "a thread blocked in read");
+            nix::unistd::write(&w, b"x").unwrap();
+        });
+    }
+
+    #[test]
+    fn a_park_lets_go_only_when_asked_and_once_per_run() {
+        let h = Handshake::new();
+        assert!(!h.parking(), "not asked: a busy thread keeps its pages");
+        let long = Duration::from_secs(30);
+        std::thread::scope(|s| {
+            let asked = s.spawn(|| h.ask(&|| {}, long));
+            // The runtime's thread, woken: its next park lets go and acks.
+            while !h.due.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            assert!(h.parking());
+            h.ack();
+            assert!(asked.join().unwrap());
+        });
+        assert!(!h.parking(), "one let-go per ask");
+        // Nothing ran since: the trimmer neither wakes the thread nor waits.
+        assert!(!h.ask(&|| panic!("woken with nothing to let go"), long));
+        // A thread too busy to park within the limit lets go at its next park.
+        h.dirty.store(true, Ordering::SeqCst);
+        assert!(h.ask(&|| {}, Duration::from_millis(20)));
+        assert!(h.parking());
     }
 }
