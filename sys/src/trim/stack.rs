@@ -39,13 +39,14 @@ impl Handshake {
         }
     }
 
-    /// At a park: whether to let go now (asked, and ran since the last time).
-    fn parking(&self) -> bool {
+    /// At a park: `None` when not asked (nothing to do, no ack), else
+    /// whether the thread ran since it last let go (then it lets go now).
+    fn parking(&self) -> Option<bool> {
         if !self.due.load(Ordering::SeqCst) {
-            return false;
+            return None;
         }
         self.due.store(false, Ordering::SeqCst);
-        self.dirty.swap(false, Ordering::SeqCst)
+        Some(self.dirty.swap(false, Ordering::SeqCst))
     }
 
     /// After a park's let-go (or a park that had nothing to let go).
@@ -124,10 +125,10 @@ pub fn unparked() {
 /// below this frame. On any other thread's stack it does nothing.
 #[inline(never)]
 pub fn parking() {
-    if !MAIN.due.load(Ordering::Relaxed) {
+    let Some(dirty) = MAIN.parking() else {
         return;
-    }
-    if MAIN.parking() {
+    };
+    if dirty {
         if HIGH.load(Ordering::Relaxed) == 0 {
             let (low, high) = stack_range().unwrap_or((1, 1));
             LOW.store(low, Ordering::Relaxed);
@@ -280,7 +281,11 @@ mod tests {
     #[test]
     fn a_park_lets_go_only_when_asked_and_once_per_run() {
         let h = Handshake::new();
-        assert!(!h.parking(), "not asked: a busy thread keeps its pages");
+        assert_eq!(
+            h.parking(),
+            None,
+            "not asked: a busy thread keeps its pages"
+        );
         let long = Duration::from_secs(30);
         std::thread::scope(|s| {
             let asked = s.spawn(|| h.ask(&|| {}, long));
@@ -288,16 +293,16 @@ mod tests {
             while !h.due.load(Ordering::SeqCst) {
                 std::thread::yield_now();
             }
-            assert!(h.parking());
+            assert_eq!(h.parking(), Some(true));
             h.ack();
             assert!(asked.join().unwrap());
         });
-        assert!(!h.parking(), "one let-go per ask");
+        assert_eq!(h.parking(), None, "one let-go per ask");
         // Nothing ran since: the trimmer neither wakes the thread nor waits.
         assert!(!h.ask(&|| panic!("woken with nothing to let go"), long));
         // A thread too busy to park within the limit lets go at its next park.
         h.dirty.store(true, Ordering::SeqCst);
         assert!(h.ask(&|| {}, Duration::from_millis(20)));
-        assert!(h.parking());
+        assert_eq!(h.parking(), Some(true));
     }
 }
