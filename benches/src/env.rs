@@ -10,6 +10,7 @@ use rund_tests::containerd::CTR_BIN;
 use rund_tests::{Containerd, ContainerdOpts};
 use thiserror::Error;
 
+use crate::cpu::CpuMeter;
 use crate::ctr::Ctr;
 
 #[derive(Debug, Error)]
@@ -34,6 +35,10 @@ pub struct BenchEnv {
     pub rund_bin_dir: Option<PathBuf>,
     /// The no-op shim is on containerd's PATH (the floor can be measured).
     pub has_floor: bool,
+    /// Who spends the CPU time (after `containerd`: dropped once it stopped).
+    pub cpu: Option<CpuMeter>,
+    /// Why `cpu` is `None`.
+    pub cpu_note: Option<String>,
 }
 
 impl BenchEnv {
@@ -59,6 +64,14 @@ impl BenchEnv {
         opts.path_links.extend(noop.clone());
         let containerd = Containerd::start(opts).map_err(EnvError::Containerd)?;
         let rootfs = containerd.busybox_rootfs().map_err(EnvError::Rootfs)?;
+        let meter = containerd
+            .pid()
+            .ok_or_else(|| "containerd's pid is not known".to_string())
+            .and_then(|pid| CpuMeter::start(pid, &containerd.namespace));
+        let (cpu, cpu_note) = match meter {
+            Ok(m) => (Some(m), None),
+            Err(e) => (None, Some(format!("CPU split not measured: {e}"))),
+        };
         let ctr = Ctr::new(
             Path::new(CTR_BIN),
             containerd.address(),
@@ -71,6 +84,8 @@ impl BenchEnv {
             ctr,
             rund_bin_dir,
             has_floor: noop.is_some(),
+            cpu,
+            cpu_note,
         })
     }
 

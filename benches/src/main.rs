@@ -2,6 +2,7 @@
 //! See `rund-bench --help`; `make bench` and `make bench-quick` run it.
 
 mod cli;
+mod cpu;
 mod ctr;
 mod env;
 mod measure;

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::cpu::CpuSplit;
 use crate::procfs::{Mem, MemKind};
 use crate::runtime::RuntimeKind;
 use crate::stats::Summary;
@@ -202,6 +203,13 @@ pub struct ConcurrentRun {
     pub latency: Option<Summary>,
     pub density: Option<Density>,
     pub teardown: Option<Teardown>,
+    /// CPU per pod from the release of the burst to its last start
+    /// returning, by who spent it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_start: Option<CpuSplit>,
+    /// The same for the teardown burst.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_teardown: Option<CpuSplit>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -294,7 +302,7 @@ pub struct PoolStudy {
     pub dying: Vec<DyingRun>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Meta {
     pub started_at_unix: u64,
     pub kernel: String,
@@ -328,12 +336,15 @@ pub struct TableRow {
     pub note: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Results {
     pub meta: Meta,
     /// Keyed by runtime label.
     pub warmup: BTreeMap<String, SampleSet>,
     pub single_start: BTreeMap<String, SampleSet>,
+    /// Keyed by runtime label: CPU per `run --rm` cycle, by who spent it.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub single_cpu: BTreeMap<String, CpuSplit>,
     pub concurrent: Vec<ConcurrentRun>,
     pub stop: BTreeMap<String, StopSet>,
     /// Keyed by runtime label.

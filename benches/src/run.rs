@@ -132,6 +132,7 @@ pub fn run(p: &Plan) -> Result<Results, EnvError> {
         meta: meta(p, &env),
         warmup: BTreeMap::new(),
         single_start: BTreeMap::new(),
+        single_cpu: BTreeMap::new(),
         concurrent: Vec::new(),
         stop: BTreeMap::new(),
         idle: BTreeMap::new(),
@@ -147,9 +148,10 @@ pub fn run(p: &Plan) -> Result<Results, EnvError> {
 
     if p.single {
         progress.phase("warm-up");
-        res.warmup = single::run(&env, &timed, p.warmup, "w", label, &progress);
+        res.warmup = single::run(&env, &timed, p.warmup, "w", label, &progress).0;
         progress.phase("single start");
-        res.single_start = single::run(&env, &timed, p.iterations, "s", label, &progress);
+        (res.single_start, res.single_cpu) =
+            single::run(&env, &timed, p.iterations, "s", label, &progress);
     }
     if p.concurrent {
         for &n in &p.concurrency {
@@ -192,6 +194,9 @@ pub fn run(p: &Plan) -> Result<Results, EnvError> {
     if p.kube && !interrupted() {
         // Its own containerd with CRI; the first one idles.
         res.kube = Some(kube::run(&kube_options(p), &progress));
+    }
+    if let Some(n) = &env.cpu_note {
+        res.notes.push(n.clone());
     }
     if p.floor && !env.has_floor {
         res.notes.push(format!(

@@ -6,6 +6,7 @@ use std::thread;
 use std::time::Instant;
 
 use super::{density, ms};
+use crate::cpu::CpuSplit;
 use crate::ctr::{short_error, Ctr, CtrError};
 use crate::env::BenchEnv;
 use crate::progress::Progress;
@@ -21,7 +22,11 @@ struct Burst {
 }
 
 /// Runs `op` on every id from its own thread, all released by one barrier.
-/// Wall time runs from the release to the last operation returning.
+/// Wall time runs from the release to the last operation returning. The
+/// release is the earliest clock read after the barrier, by any thread: the
+/// main thread alone may be woken hundreds of ms after the others on a busy
+/// machine, and a wall from its clock would then be shorter than the
+/// slowest start.
 fn burst<F>(ctr: &Ctr, ids: &[String], progress: &Progress, op: F) -> Burst
 where
     F: Fn(&Ctr, &str) -> Result<(), CtrError> + Send + Sync + 'static,
@@ -36,19 +41,19 @@ where
                 gate.wait();
                 let t = Instant::now();
                 let r = op(&ctr, &id);
-                (r, t.elapsed(), Instant::now())
+                (r, t, Instant::now())
             })
         })
         .collect();
     gate.wait();
-    let t0 = Instant::now();
-    let mut last = t0;
+    let main_t0 = Instant::now();
+    let mut spans = Vec::with_capacity(ids.len());
     let mut each = Vec::with_capacity(ids.len());
     for h in handles {
         match h.join() {
-            Ok((r, d, end)) => {
-                last = last.max(end);
-                each.push(r.map(|()| ms(d)));
+            Ok((r, t, end)) => {
+                spans.push((t, end));
+                each.push(r.map(|()| ms(end - t)));
             }
             Err(_) => each.push(Err(CtrError::Spawn(std::io::Error::other(
                 "thread panicked",
@@ -57,9 +62,16 @@ where
         progress.inc(1);
     }
     Burst {
-        wall_ms: ms(last - t0),
+        wall_ms: ms(wall(main_t0, &spans)),
         each,
     }
+}
+
+/// From the earliest start (the main thread's clock included) to the last end.
+fn wall(main_t0: Instant, spans: &[(Instant, Instant)]) -> std::time::Duration {
+    let t0 = spans.iter().map(|s| s.0).fold(main_t0, Instant::min);
+    let last = spans.iter().map(|s| s.1).fold(t0, Instant::max);
+    last - t0
 }
 
 pub struct Options {
@@ -79,9 +91,11 @@ pub fn run(
         .collect();
     progress.phase(format!("{} concurrent start N={n}", rt.kind.label()));
     let (rt2, rootfs) = (rt.clone(), env.rootfs.clone());
+    let before = env.cpu.as_ref().and_then(|m| m.snap());
     let start = burst(&env.ctr, &ids, progress, move |ctr, id| {
         ctr.run_detached(&rt2, &rootfs, id, &["/bin/sleep", "100000"])
     });
+    let cpu_start = cpu_span(env, before, n);
 
     let tasks = env.ctr.tasks().unwrap_or_default();
     let running: Vec<_> = tasks
@@ -120,10 +134,12 @@ pub fn run(
     });
 
     progress.phase(format!("{} teardown N={n}", rt.kind.label()));
+    let before = env.cpu.as_ref().and_then(|m| m.snap());
     let td = burst(&env.ctr, &started_ids, progress, |ctr, id| {
         ctr.task_delete_force(id)?;
         ctr.container_rm(id)
     });
+    let cpu_teardown = cpu_span(env, before, started_ids.len());
     let mut td_errors = Vec::new();
     let mut td_fail = 0;
     for (id, r) in started_ids.iter().zip(&td.each) {
@@ -163,5 +179,35 @@ pub fn run(
             failures: td_fail,
             errors: td_errors,
         }),
+        cpu_start,
+        cpu_teardown,
+    }
+}
+
+/// CPU per pod since `before` (taken by the caller right before the burst).
+fn cpu_span(env: &BenchEnv, before: Option<crate::cpu::Snap>, pods: usize) -> Option<CpuSplit> {
+    let m = env.cpu.as_ref()?;
+    m.split(&before?, &m.snap_after()?, pods)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn the_wall_starts_at_the_earliest_release_and_covers_the_slowest_start() {
+        let base = Instant::now();
+        let at = |ms: u64| base + Duration::from_millis(ms);
+        // The main thread woke 400 ms after the first worker.
+        let spans = [(at(0), at(900)), (at(10), at(300)), (at(600), at(700))];
+        assert_eq!(wall(at(400), &spans), Duration::from_millis(900));
+        // The main thread first: the wall runs from its clock.
+        assert_eq!(
+            wall(at(0), &[(at(50), at(250))]),
+            Duration::from_millis(250)
+        );
+        // No operation returned: no wall.
+        assert_eq!(wall(at(5), &[]), Duration::ZERO);
     }
 }

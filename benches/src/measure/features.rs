@@ -127,7 +127,8 @@ pub fn run(env: &BenchEnv, opts: &Options, progress: &Progress) -> Vec<FeatureRe
             &format!("f{}", sw.feature),
             variant_of,
             progress,
-        );
+        )
+        .0;
         fr.single_start = sw
             .variants
             .map(|v| sets.remove(v).unwrap_or_else(SampleSet::default));

@@ -3,14 +3,18 @@
 use std::collections::BTreeMap;
 
 use super::{alternate, ms};
+use crate::cpu::CpuSplit;
 use crate::ctr::short_error;
 use crate::env::BenchEnv;
 use crate::progress::{interrupted, Progress};
 use crate::results::SampleSet;
 use crate::runtime::Runtime;
 
-/// `iterations` timed runs per runtime, interleaved A, B, A, B …
-/// `tag` keeps container ids unique across phases.
+/// `iterations` timed runs per runtime, interleaved A, B, A, B …; `tag`
+/// keeps container ids unique across phases. Also, per runtime, the mean CPU
+/// time of a successful `run --rm` cycle by who spent it (when the bench can
+/// measure it); a shim that exits after ctr returned lends its last work to
+/// the next sample.
 pub fn run(
     env: &BenchEnv,
     rts: &[Runtime],
@@ -18,17 +22,26 @@ pub fn run(
     tag: &str,
     label: impl Fn(&Runtime) -> String,
     progress: &Progress,
-) -> BTreeMap<String, SampleSet> {
+) -> (BTreeMap<String, SampleSet>, BTreeMap<String, CpuSplit>) {
     let mut out: BTreeMap<String, SampleSet> = BTreeMap::new();
+    let mut cpu: BTreeMap<String, CpuSplit> = BTreeMap::new();
     for i in 0..iterations {
         for rt in alternate(rts, i) {
             if interrupted() {
-                return out;
+                return (out, cpu);
             }
             let id = format!("{}-{tag}-{i}", rt.kind.tag());
             let set = out.entry(label(rt)).or_default();
+            let before = env.cpu.as_ref().and_then(|m| m.snap());
             match env.ctr.run_rm(rt, &env.rootfs, &id, &["/bin/true"]) {
-                Ok((_, d)) => set.ok(ms(d)),
+                Ok((_, d)) => {
+                    set.ok(ms(d));
+                    if let (Some(m), Some(a)) = (&env.cpu, before) {
+                        if let Some(s) = m.snap_after().and_then(|b| m.split(&a, &b, 1)) {
+                            cpu.entry(label(rt)).or_default().add(&s);
+                        }
+                    }
+                }
                 Err(e) => {
                     set.fail(short_error(&e, &id));
                     // A failed --rm run may leave the container behind.
@@ -38,5 +51,5 @@ pub fn run(
             progress.inc(1);
         }
     }
-    out
+    (out, cpu)
 }

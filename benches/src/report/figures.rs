@@ -236,6 +236,7 @@ pub fn build(results: &Results) -> Vec<TableRow> {
         ));
     }
 
+    super::cpu::rows(results, &mut rows);
     super::memory::density_rows(results, &mut rows);
     super::memory::idle_rows(results, &mut rows);
     super::node::rows(results, &mut rows);
@@ -315,7 +316,7 @@ fn round_walls(sets: &[(&str, &[&ConcurrentRun])]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -343,7 +344,12 @@ mod tests {
         assert_eq!(above_floor("y".into(), "s", &below).unwrap().ratio, None);
     }
 
-    fn burst(runtime: RuntimeKind, round: usize, wall_ms: f64, failures: usize) -> ConcurrentRun {
+    pub(crate) fn burst(
+        runtime: RuntimeKind,
+        round: usize,
+        wall_ms: f64,
+        failures: usize,
+    ) -> ConcurrentRun {
         ConcurrentRun {
             runtime,
             variant: None,
@@ -358,6 +364,8 @@ mod tests {
             latency: None,
             density: None,
             teardown: None,
+            cpu_start: None,
+            cpu_teardown: None,
         }
     }
 

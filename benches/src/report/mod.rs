@@ -1,5 +1,6 @@
 //! Turning results into the markdown table, the JSON file and the SVG plot.
 
+pub mod cpu;
 pub mod figures;
 pub mod kube;
 pub mod memory;

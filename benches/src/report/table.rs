@@ -236,6 +236,10 @@ pub fn render(results: &Results) -> String {
          events only) in the same alternation: containerd + ctr + one shim process start.\n",
         );
     }
+    if let Some(t) = super::cpu::render(results) {
+        s.push_str("\n### CPU per pod, by who spends it\n\n");
+        s.push_str(&t);
+    }
     if let Some(c) = &results.cri {
         s.push_str("\n### CRI RunPodSandbox (containerd 2.1, pod network)\n\n");
         s.push_str(&render_cri(c));
