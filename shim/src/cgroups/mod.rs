@@ -87,22 +87,24 @@ pub struct ContainerCgroup {
 }
 
 impl ContainerCgroup {
-    pub async fn create(
-        cgroups: &Arc<Cgroups>,
+    /// Creates (or claims) the cgroup on the calling thread, which must be
+    /// one that may block. `cgroup_cpu` in the phases, a child of `parent`:
+    /// the work, without the wait for a CPU that dominates wall time when
+    /// hundreds start at once.
+    pub fn create_blocking(
+        cgroups: &Cgroups,
         path: &str,
         res: LinuxResources,
+        parent: &tracing::Span,
     ) -> Result<Self, CgroupError> {
-        let cg = cgroups.clone();
-        let p = path.to_string();
-        // `cgroup_cpu` in the phases: the work, without the wait for a CPU
-        // that dominates wall time when hundreds start at once.
-        let parent = tracing::Span::current();
-        let mgr = blocking(path, move || {
-            let _cpu = tracing::trace_span!(target: crate::phase_layer::TARGET, parent: &parent, "cgroup_cpu", measure = "cpu")
-                .entered();
-            cg.create(&p, Some(&res))
-        })
-        .await?;
+        let _cpu = tracing::trace_span!(target: crate::phase_layer::TARGET, parent: parent, "cgroup_cpu", measure = "cpu")
+            .entered();
+        let mgr = cgroups
+            .create(path, Some(&res))
+            .map_err(|source| CgroupError {
+                path: path.to_string(),
+                source,
+            })?;
         Ok(ContainerCgroup::of(mgr, path))
     }
 
