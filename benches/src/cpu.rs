@@ -290,7 +290,7 @@ impl Drop for CpuMeter {
         }
         let _ = std::fs::remove_dir(dir);
         if self.made_pods {
-            // Only if empty: a leftover container keeps it (and says so).
+            // Only if empty: a container left behind keeps it.
             let _ = std::fs::remove_dir(self.pods.dir());
         }
     }
