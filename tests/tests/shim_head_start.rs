@@ -25,6 +25,27 @@ fn start(test: &str, config: &str) -> Option<Containerd> {
     Containerd::start_rund_or_skip(test, opts)
 }
 
+/// A phase records file for the shim's config (`[trace] phases_file`).
+fn phases_file() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[trace]\nphases_file = {:?}\n",
+        dir.path().join("phases.jsonl")
+    );
+    (dir, text)
+}
+
+/// Whether the Create of `id` recorded a `warm_claim` (the claim's time).
+fn recorded_warm_claim(dir: &tempfile::TempDir, id: &str) -> bool {
+    let text = std::fs::read_to_string(dir.path().join("phases.jsonl")).unwrap();
+    let record = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["id"].as_str() == Some(id))
+        .unwrap_or_else(|| panic!("no phase record for {id}: {text}"));
+    record["extra"]["warm_claim"].is_number()
+}
+
 fn log(ctd: &Containerd) -> String {
     std::fs::read_to_string(&ctd.log).unwrap_or_default()
 }
@@ -37,7 +58,8 @@ fn claimed(ctd: &Containerd, id: &str) -> bool {
 /// namespace of its own (only `lo`); the shim keeps no other agent.
 #[test]
 fn a_pods_agent_is_launched_ahead_and_claimed() {
-    let Some(ctd) = start("a_pods_agent_is_launched_ahead_and_claimed", "") else {
+    let (phases, trace) = phases_file();
+    let Some(ctd) = start("a_pods_agent_is_launched_ahead_and_claimed", &trace) else {
         return;
     };
     let rootfs = ctd.busybox_rootfs().unwrap();
@@ -49,6 +71,7 @@ fn a_pods_agent_is_launched_ahead_and_claimed() {
         "hs1 claimed its head start:\n{}",
         log(&ctd)
     );
+    assert!(recorded_warm_claim(&phases, "hs1"));
     assert_eq!(
         children_named(shim, "rund-agent").len(),
         1,
@@ -144,9 +167,10 @@ fn a_userns_pod_gets_no_head_start() {
 /// `head_start = false`: the pod starts cold.
 #[test]
 fn head_start_false_launches_none() {
+    let (phases, trace) = phases_file();
     let Some(ctd) = start(
         "head_start_false_launches_none",
-        "[sandbox]\nhead_start = false\n",
+        &format!("[sandbox]\nhead_start = false\n{trace}"),
     ) else {
         return;
     };
@@ -155,6 +179,7 @@ fn head_start_false_launches_none() {
     assert_eq!(out.code(), 0, "{out:?}");
     let text = log(&ctd);
     assert!(!text.contains(LAUNCHED) && !claimed(&ctd, "hf"), "{text}");
+    assert!(!recorded_warm_claim(&phases, "hf"));
 }
 
 /// A Create refused before the sandbox starts (an AppArmor profile, which rund does not

@@ -115,7 +115,7 @@ async fn serve(cfg: &LaunchConfig, sync: &OwnedFd, init_bin: InitBinary) -> Resu
         .add_listener(listener)
         .register_service(rund_proto::create_agent(service.clone()));
     server.start().await.map_err(|e| rt(&e))?;
-    crate::info!(
+    crate::debug!(
         "sandbox {} serving (pid {})",
         cfg.sandbox_id,
         std::process::id()
@@ -130,7 +130,7 @@ async fn serve(cfg: &LaunchConfig, sync: &OwnedFd, init_bin: InitBinary) -> Resu
     tokio::select! {
         _ = destroyed.notified() => {
             let _ = server.shutdown().await;
-            crate::info!("sandbox {} destroyed", service.sandbox_id());
+            crate::debug!("sandbox {} destroyed", service.sandbox_id());
         }
         _ = shim_gone.notified() => {
             // Nobody may drive this sandbox any more: end it.

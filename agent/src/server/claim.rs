@@ -85,6 +85,6 @@ pub async fn sandbox(svc: &AgentService, req: ClaimSandboxRequest) -> ttrpc::Res
     crate::launch::sysctl::write_where(&sysctls, false, |_| true)
         .map_err(|e| failed(format!("sandbox {id}: {e}")))?;
     *svc.sandbox_id.lock().unwrap_or_else(|e| e.into_inner()) = id.clone();
-    crate::info!("warm agent claimed by sandbox {id}");
+    crate::debug!("warm agent claimed by sandbox {id}");
     Ok(())
 }

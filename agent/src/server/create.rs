@@ -104,7 +104,7 @@ pub async fn container(
     let pid = c.init.pid.as_raw() as u32;
     svc.state().containers.insert(id.to_string(), c);
     drop(reserved);
-    crate::info!(
+    crate::debug!(
         "created {id}: pid {pid}{}",
         if paused {
             " (paused before pivot_root)"
@@ -218,7 +218,7 @@ pub async fn exec(
             .insert(exec_id.to_string(), child.commit(Some(sync)));
     }
     drop(reserved);
-    crate::info!("created {id}/{exec_id}: pid {pid}");
+    crate::debug!("created {id}/{exec_id}: pid {pid}");
     Ok(ExecProcessResponse {
         pid,
         ..Default::default()

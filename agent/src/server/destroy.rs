@@ -9,7 +9,7 @@ use super::AgentService;
 use crate::reaper::ExitRx;
 
 pub async fn sandbox(svc: &AgentService, grace: Duration) {
-    crate::info!("destroying the sandbox (grace {}s)", grace.as_secs());
+    crate::debug!("destroying the sandbox (grace {}s)", grace.as_secs());
     let waits = term_all(svc);
     let all = |mut waits: Vec<ExitRx>| async move {
         for w in waits.iter_mut() {

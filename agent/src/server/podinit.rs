@@ -42,7 +42,7 @@ pub fn ensure(svc: &AgentService) -> Result<OwnedFd, SpawnError> {
     let ns = std::fs::File::open(&path)
         .map(OwnedFd::from)
         .map_err(|e| internal(format!("pod pid namespace: open {path}: {e}")))?;
-    crate::info!("pod pid namespace made: its init is pid {pid}");
+    crate::debug!("pod pid namespace made: its init is pid {pid}");
     let dup = ns
         .try_clone()
         .map_err(|e| internal(format!("dup pod pid namespace: {e}")))?;

@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use rund_tests::containerd::line::{cached_dir, ContainerdBins};
-use rund_tests::pernode;
 use rund_tests::{Containerd, ContainerdOpts, CriClient, PodSpec};
 
 use super::ms;
@@ -218,7 +217,7 @@ fn sample(
 }
 
 /// The shim's Create of sandbox `id` (its phase record), and whether it
-/// claimed a warm agent (the node's log says so).
+/// claimed a warm agent (its record times a `warm_claim`).
 fn own_time(f: &RundFiles, id: &str, handler: &str, study: &mut CriStudy) {
     let text = std::fs::read_to_string(&f.phases).unwrap_or_default();
     let record = text
@@ -241,7 +240,7 @@ fn own_time(f: &RundFiles, id: &str, handler: &str, study: &mut CriStudy) {
             }
         }
     }
-    if pernode::claimed_warm(&pernode::node_logs_in(&f.state), id) {
+    if v["extra"]["warm_claim"].is_number() {
         own.warm_claims += 1;
     }
 }

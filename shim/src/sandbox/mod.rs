@@ -296,7 +296,11 @@ fn watch_agent(
             (Some(f), Err(nix::errno::Errno::ECHILD)) => f.status(pid).await,
             _ => 255,
         };
-        tracing::info!(sandbox = %sandbox.id, pid, status, "sandbox agent exited");
+        if status == 0 {
+            tracing::debug!(sandbox = %sandbox.id, pid, "sandbox agent exited");
+        } else {
+            tracing::info!(sandbox = %sandbox.id, pid, status, "sandbox agent exited");
+        }
         sandbox
             .exit
             .send_replace(Some((status, crate::clock::now_ns())));

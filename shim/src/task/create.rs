@@ -72,7 +72,7 @@ pub async fn create_with(
                     .create(&req.id, &req.bundle, pid, &stdio, "")
                     .await;
             }
-            tracing::info!(id = %req.id, pid, "created");
+            tracing::debug!(id = %req.id, pid, "created");
             Ok(CreateTaskResponse {
                 pid,
                 ..Default::default()
