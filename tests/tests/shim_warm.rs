@@ -34,6 +34,14 @@ fn agents_reach(node: u32, want: usize) -> Vec<u32> {
     }
 }
 
+/// The node's control socket and lock file are gone.
+fn assert_node_files_gone(ctd: &Containerd) {
+    let control = control_socket(ctd);
+    assert!(!control.exists(), "its control socket went with it");
+    let lock = std::path::PathBuf::from(format!("{}.lock", control.display()));
+    assert!(!lock.exists(), "and its lock file");
+}
+
 fn claimed(ctd: &Containerd, id: &str) -> bool {
     claimed_warm(&node_log(ctd), id)
 }
@@ -172,6 +180,7 @@ fn warm_agents_go_with_a_killed_node() {
         gone_within(keeper, GRACE),
         "the node left with its last pod"
     );
+    assert_node_files_gone(&ctd);
     for pid in warm {
         assert!(
             gone_within(pid, GRACE),
@@ -219,9 +228,17 @@ fn warm_zero_launches_none() {
     let rootfs = ctd.busybox_rootfs().unwrap();
     run_detached(&ctd, "wz", &rootfs);
     let node = shim_of(task_pid(&ctd, "wz")).unwrap();
+    let (keeper, _) = ppid_and_comm(node).unwrap();
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(children_named(node, "rund-agent").len(), 1);
     remove(&ctd, "wz");
+    // The node leaves with its last pod, and takes its files: a node shim
+    // killed with containerd would leave them in /run/containerd/s.
+    assert!(
+        gone_within(keeper, GRACE),
+        "the node left with its last pod"
+    );
+    assert_node_files_gone(&ctd);
 }
 
 /// The Kubernetes path: a CRI pod on a CNI network claims a warm agent, which joins the pod's
