@@ -175,14 +175,16 @@ fn handshake(
         .map(|(t, _)| FdKind::Namespace(t.clone()))
         .collect();
     let fds: Vec<_> = plan.join.iter().map(|(_, fd)| fd.as_fd()).collect();
+    // A launcher that died early fails a send (EPIPE) as well as a receive:
+    // either way the error names the launcher.
+    let lost =
+        |e: &dyn std::fmt::Display| SandboxError::Spawn(format!("launcher {launcher_pid}: {e}"));
     let header = FdHeader { seq: 0, fds: kinds };
-    fdpass::send(sync.as_fd(), &header, &fds).map_err(|e| SandboxError::Spawn(e.to_string()))?;
-    launch::send_json(sync.as_fd(), &plan.config)
-        .map_err(|e| SandboxError::Spawn(e.to_string()))?;
+    fdpass::send(sync.as_fd(), &header, &fds).map_err(|e| lost(&e))?;
+    launch::send_json(sync.as_fd(), &plan.config).map_err(|e| lost(&e))?;
     let mut ready = false;
     loop {
-        let msg: SyncMsg = launch::recv_json(sync.as_fd())
-            .map_err(|e| SandboxError::Spawn(format!("launcher {launcher_pid}: {e}")))?;
+        let msg: SyncMsg = launch::recv_json(sync.as_fd()).map_err(|e| lost(&e))?;
         match msg {
             SyncMsg::UsernsReady { pid } => {
                 if plan.join.iter().any(|(kind, _)| kind == "user") {
@@ -190,8 +192,7 @@ fn handshake(
                 } else {
                     idmap::write_maps(pid, &plan.uid_map, &plan.gid_map)?;
                 }
-                launch::send_json(sync.as_fd(), &SyncMsg::MapsWritten)
-                    .map_err(|e| SandboxError::Spawn(e.to_string()))?;
+                launch::send_json(sync.as_fd(), &SyncMsg::MapsWritten).map_err(|e| lost(&e))?;
             }
             SyncMsg::AgentPid { pid } => return Ok((pid, ready)),
             SyncMsg::Ready => ready = true,
