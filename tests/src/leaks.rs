@@ -281,15 +281,19 @@ fn all_pids() -> Vec<u32> {
 pub fn shim_processes(ctd: &Containerd) -> Vec<ProcInfo> {
     owned_processes(&ctd.watch_prefixes(), &ctd.cgroup_roots(), ctd.pid())
         .into_iter()
-        .filter(|p| {
-            p.cmdline
-                .split_whitespace()
-                .next()
-                .is_some_and(|a| a.contains("containerd-shim"))
-        })
+        .filter(is_shim_argv)
         // A node's keeper (per-node mode) is the shim's parent, not a shim.
         .filter(|p| !is_keeper(p.pid))
         .collect()
+}
+
+/// Whether `p` runs a shim binary (`containerd-shim*` in argv[0]): a shim, or a node's keeper
+/// (forked from one).
+pub fn is_shim_argv(p: &ProcInfo) -> bool {
+    p.cmdline
+        .split_whitespace()
+        .next()
+        .is_some_and(|a| a.contains("containerd-shim"))
 }
 
 /// Whether `pid` is a node keeper (per-node mode).

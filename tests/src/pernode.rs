@@ -102,12 +102,16 @@ pub fn remove(ctd: &Containerd, id: &str) {
 /// `<address>/<ns>/rund node <config path>` (the config ctr passes as runtime options).
 pub fn control_socket(ctd: &Containerd) -> PathBuf {
     let cfg = ctd.opts.rund_config_path.as_ref().expect("a rund config");
-    let key = format!(
-        "{}/{}/rund node {}",
-        ctd.address().display(),
-        ctd.namespace,
-        cfg.display()
-    );
+    socket_of(ctd, &format!("rund node {}", cfg.display()))
+}
+
+/// The socket the node serves pod `id` on: containerd's hash of `<address>/<ns>/<id>`.
+pub fn pod_socket(ctd: &Containerd, id: &str) -> PathBuf {
+    socket_of(ctd, id)
+}
+
+fn socket_of(ctd: &Containerd, key: &str) -> PathBuf {
+    let key = format!("{}/{}/{key}", ctd.address().display(), ctd.namespace);
     let hex: String = Sha256::digest(key.as_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))

@@ -1,7 +1,7 @@
 //! `[shim] mode = "per-node"` through real containerd and ctr: every pod of the namespace is
 //! served by one shim process, each on its own socket; a pod's Delete closes only its socket;
 //! bad input (a junk control request, a missing rootfs) is refused and leaves the others
-//! served; the node's shim leaves once no pod is left, with nothing behind.
+//! served; the node's shim leaves once no pod is left, or on SIGTERM, with nothing behind.
 //!
 //! Skipped (with a message) until rund's binaries are built; `RUND_REQUIRE_BINS=1` makes that
 //! a failure.
@@ -131,6 +131,56 @@ fn a_pod_after_the_node_left_gets_a_new_node() {
     let second = shim_of(task_pid(&ctd, "pb")).unwrap();
     assert_ne!(first, second);
     remove(&ctd, "pb");
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
+
+/// SIGTERM to the node's keeper and shim (as a node's shutdown sends every process left in
+/// containerd's unit): every pod is torn down and containerd hears of it, and the node leaves
+/// nothing: no process, no pod socket, no control socket, no lock file.
+#[test]
+fn sigterm_tears_every_pod_down_and_leaves_nothing() {
+    let Some(ctd) = start("sigterm_tears_every_pod_down_and_leaves_nothing") else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+    let ids = ["pt1", "pt2"];
+    for id in ids {
+        run_detached(&ctd, id, &rootfs);
+    }
+    let tasks: Vec<u32> = ids.iter().map(|id| task_pid(&ctd, id)).collect();
+    let node = shim_of(tasks[0]).expect("a shim above the task");
+    let keeper = ppid_and_comm(node).expect("the node's parent").0;
+    assert!(rund_tests::leaks::is_keeper(keeper), "{}", describe(keeper));
+    let control = control_socket(&ctd);
+    let lock = PathBuf::from(format!("{}.lock", control.display()));
+    let sockets: Vec<PathBuf> = ids.iter().map(|id| pod_socket(&ctd, id)).collect();
+    for s in sockets.iter().chain([&control, &lock]) {
+        assert!(s.exists(), "{} is there while the node serves", s.display());
+    }
+
+    signal(keeper, nix::sys::signal::Signal::SIGTERM);
+    signal(node, nix::sys::signal::Signal::SIGTERM);
+    for pid in tasks.iter().chain([&node, &keeper]) {
+        assert!(gone_within(*pid, GRACE), "{}", describe(*pid));
+    }
+    for s in sockets.iter().chain([&control, &lock]) {
+        assert!(!s.exists(), "{} is left behind", s.display());
+    }
+    // containerd heard of it: no task runs (a dead shim's tasks may be gone from the list).
+    let out = ctd.ctr(&["task", "ls"]).unwrap();
+    for id in ids {
+        assert!(
+            !out.stdout
+                .lines()
+                .any(|l| l.starts_with(id) && l.contains("RUNNING")),
+            "{id} still runs: {}",
+            out.stdout
+        );
+        let _ = ctd.ctr(&["task", "rm", id]);
+        let rm = ctd.ctr(&["container", "rm", id]).unwrap();
+        assert!(rm.success(), "{id}: {rm:?}");
+    }
     assert_no_leaks_within(&ctd, &before, GRACE);
 }
 

@@ -24,11 +24,33 @@ pub(super) fn after_stop(c: &Containerd) {
 }
 
 /// Shims and agents survive containerd; they reference our dir in their command line (or descend
-/// from something that does), so we started them. SIGKILL them by pid.
+/// from something that does), so we started them. The shims get SIGTERM first (a lingering node
+/// shim then removes its control socket and lock file from /run/containerd/s, which a SIGKILL
+/// would leave behind), then whatever is left gets SIGKILL, all by pid.
 fn kill_leftovers(c: &Containerd) {
+    let owned = || leaks::owned_processes(&c.watch_prefixes(), &c.cgroup_roots(), None);
+    let shims = |procs: &[leaks::ProcInfo]| -> Vec<u32> {
+        procs
+            .iter()
+            .filter(|p| leaks::is_shim_argv(p))
+            .map(|p| p.pid)
+            .collect()
+    };
+    let terminated = shims(&owned());
+    for &pid in &terminated {
+        let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !terminated.is_empty() && Instant::now() < deadline {
+        let left = shims(&owned());
+        if !terminated.iter().any(|p| left.contains(p)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let procs = leaks::owned_processes(&c.watch_prefixes(), &c.cgroup_roots(), None);
+        let procs = owned();
         if procs.is_empty() || Instant::now() >= deadline {
             return;
         }

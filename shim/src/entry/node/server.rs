@@ -214,6 +214,12 @@ async fn run(
             _ = term.recv() => {
                 tracing::info!("SIGTERM: tearing every pod down");
                 teardown(&node).await;
+                // The lock file goes too, unless a `start` holds the lock:
+                // that one finds no socket and starts a new node.
+                if let Ok(Some(lock)) = super::NodeLock::try_take(control) {
+                    let _ = std::fs::remove_file(control);
+                    lock.remove();
+                }
                 break;
             }
             _ = node.idle() => {
