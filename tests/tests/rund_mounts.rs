@@ -185,13 +185,10 @@ fn read_only_bind_keeps_submounts_writable_unless_rro() {
             &mut spec,
             json!({"destination": "/rro", "type": "bind", "source": src, "options": ["rbind", "rro"]}),
         );
-        let out = run(&ctd, rt, &id, &spec);
+        let want = ["/ro/top ro", "/ro/sub/x rw", "/rro/top ro", "/rro/sub/x ro"];
+        let out = run_for_lines(&ctd, rt, &id, &spec, &want);
         assert!(out.success(), "{rt}: {out:?}");
-        assert_eq!(
-            out.stdout.lines().collect::<Vec<_>>(),
-            ["/ro/top ro", "/ro/sub/x rw", "/rro/top ro", "/rro/sub/x ro"],
-            "{rt}"
-        );
+        assert_eq!(out.stdout.lines().collect::<Vec<_>>(), want, "{rt}");
     }
     assert_no_leaks_within(&ctd, &before, Duration::from_secs(15));
     let _ = Command::new("umount").arg(src.join("sub")).status();
@@ -238,7 +235,7 @@ fn masks_read_only_paths_root_and_dev_match_runc() {
         if userns {
             set_annotation(&mut spec, "rund.io/userns", "pod");
         }
-        let out = run(&ctd, rt, &id, &spec);
+        let out = run_for_lines(&ctd, rt, &id, &spec, &want);
         assert!(out.success(), "{id}: {out:?}");
         assert_eq!(out.stdout.lines().collect::<Vec<_>>(), want, "{id}");
     }
