@@ -105,6 +105,14 @@ pub fn control_socket(ctd: &Containerd) -> PathBuf {
     socket_of(ctd, &format!("rund node {}", cfg.display()))
 }
 
+/// The node's control socket and lock file are gone.
+pub fn assert_node_files_gone(ctd: &Containerd) {
+    let control = control_socket(ctd);
+    assert!(!control.exists(), "{} (control) is left", control.display());
+    let lock = PathBuf::from(format!("{}.lock", control.display()));
+    assert!(!lock.exists(), "{} is left", lock.display());
+}
+
 /// The socket the node serves pod `id` on: containerd's hash of `<address>/<ns>/<id>`.
 pub fn pod_socket(ctd: &Containerd, id: &str) -> PathBuf {
     socket_of(ctd, id)

@@ -418,7 +418,9 @@ fn a_pod_that_ended_before_the_node_shim_died_stays_ended() {
     assert_no_leaks_within(&ctd, &before, GRACE);
 }
 
-/// Killed, the keeper takes the node shim and every pod with it: containerd cleans up.
+/// Killed, the keeper takes the node shim and every pod with it: containerd cleans up. The
+/// control socket and lock file they could not remove do not stop the next pod: it gets a new
+/// node, which removes both when it leaves.
 #[test]
 fn a_killed_keeper_ends_every_pod() {
     let Some(ctd) = start("a_killed_keeper_ends_every_pod") else {
@@ -441,11 +443,19 @@ fn a_killed_keeper_ends_every_pod() {
     }
     assert!(gone_within(task, GRACE));
     remove(&ctd, "k1");
+    assert!(control_socket(&ctd).exists(), "a SIGKILL leaves the socket");
+    run_detached(&ctd, "k2", &rootfs);
+    let next = shim_of(task_pid(&ctd, "k2")).unwrap();
+    assert_ne!(next, node, "a new node serves k2");
+    remove(&ctd, "k2");
+    assert!(gone_within(next, GRACE), "the new node left with k2");
+    assert_node_files_gone(&ctd);
     assert_no_leaks_within(&ctd, &before, GRACE);
 }
 
 /// A node shim that keeps dying is restarted 5 times within a minute, then the keeper gives
-/// up and every pod goes with it, cleaned up by containerd as after any shim crash.
+/// up and every pod goes with it, cleaned up by containerd as after any shim crash; the keeper
+/// removes the control socket and lock file its dead shims left.
 #[test]
 fn a_node_shim_that_keeps_dying_takes_its_pods_down() {
     let Some(ctd) = start("a_node_shim_that_keeps_dying_takes_its_pods_down") else {
@@ -468,6 +478,7 @@ fn a_node_shim_that_keeps_dying_takes_its_pods_down() {
     assert!(gone_within(keeper, GRACE), "the keeper gave up");
     assert!(gone_within(task, GRACE), "and d1 went with it");
     assert!(node_log(&ctd).contains("giving up"), "{}", node_log(&ctd));
+    assert_node_files_gone(&ctd);
     remove(&ctd, "d1");
     assert_no_leaks_within(&ctd, &before, GRACE);
 }

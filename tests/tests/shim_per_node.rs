@@ -108,11 +108,7 @@ fn pods_share_one_shim_and_it_leaves_after_the_last() {
         gone_within(node, GRACE),
         "the node's shim left with its last pod"
     );
-    assert!(!control.exists(), "its control socket went with it");
-    assert!(
-        !PathBuf::from(format!("{}.lock", control.display())).exists(),
-        "and its lock file"
-    );
+    assert_node_files_gone(&ctd);
     assert_no_leaks_within(&ctd, &before, GRACE);
 }
 

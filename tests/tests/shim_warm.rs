@@ -34,14 +34,6 @@ fn agents_reach(node: u32, want: usize) -> Vec<u32> {
     }
 }
 
-/// The node's control socket and lock file are gone.
-fn assert_node_files_gone(ctd: &Containerd) {
-    let control = control_socket(ctd);
-    assert!(!control.exists(), "its control socket went with it");
-    let lock = std::path::PathBuf::from(format!("{}.lock", control.display()));
-    assert!(!lock.exists(), "and its lock file");
-}
-
 fn claimed(ctd: &Containerd, id: &str) -> bool {
     claimed_warm(&node_log(ctd), id)
 }

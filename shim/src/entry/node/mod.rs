@@ -108,6 +108,18 @@ fn node_err(op: &'static str) -> impl FnOnce(std::io::Error) -> EntryError {
     move |e| EntryError::Node(format!("node shim: {op}: {e}"))
 }
 
+/// Removes a node's control socket and lock file when no `start` holds the
+/// lock (one that does finds no socket and starts the next node); whether
+/// they went.
+pub fn remove_node_files(control: &str) -> bool {
+    let Ok(Some(lock)) = NodeLock::try_take(control) else {
+        return false;
+    };
+    let _ = std::fs::remove_file(control);
+    lock.remove();
+    true
+}
+
 /// The lock beside the control socket: held shared while a pod is handed
 /// over, alone while the node is started and while it decides to leave.
 pub struct NodeLock {

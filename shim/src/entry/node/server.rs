@@ -214,12 +214,7 @@ async fn run(
             _ = term.recv() => {
                 tracing::info!("SIGTERM: tearing every pod down");
                 teardown(&node).await;
-                // The lock file goes too, unless a `start` holds the lock:
-                // that one finds no socket and starts a new node.
-                if let Ok(Some(lock)) = super::NodeLock::try_take(control) {
-                    let _ = std::fs::remove_file(control);
-                    lock.remove();
-                }
+                super::remove_node_files(control);
                 break;
             }
             _ = node.idle() => {

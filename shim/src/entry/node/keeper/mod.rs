@@ -118,6 +118,9 @@ pub fn main(
         // The first node shim failing to start is `start`'s error; a later
         // one dying before it serves is a crash like any other.
         if (!up && generation == 0) || !crashed {
+            if crashed {
+                super::remove_node_files(&control);
+            }
             return match status {
                 Ended::Exited(code) => code,
                 Ended::Signaled(_) => 1,
@@ -127,6 +130,8 @@ pub fn main(
         restarts.retain(|t| now.duration_since(*t) < RESTART_WINDOW);
         if restarts.len() >= MAX_RESTARTS {
             note(&log, &format!("node shim {status:?}: {MAX_RESTARTS} restarts within {RESTART_WINDOW:?}; giving up, its pods go with it"));
+            // Its dead shims cannot remove their control socket and lock file.
+            super::remove_node_files(&control);
             return 1;
         }
         restarts.push_back(now);
