@@ -109,15 +109,12 @@ fn node_err(op: &'static str) -> impl FnOnce(std::io::Error) -> EntryError {
 }
 
 /// Removes a node's control socket and lock file when no `start` holds the
-/// lock (one that does finds no socket and starts the next node); whether
-/// they went.
-pub fn remove_node_files(control: &str) -> bool {
-    let Ok(Some(lock)) = NodeLock::try_take(control) else {
-        return false;
-    };
-    let _ = std::fs::remove_file(control);
-    lock.remove();
-    true
+/// lock (one that does finds no socket and starts the next node).
+pub fn remove_node_files(control: &str) {
+    if let Ok(Some(lock)) = NodeLock::try_take(control) {
+        let _ = std::fs::remove_file(control);
+        lock.remove();
+    }
 }
 
 /// The lock beside the control socket: held shared while a pod is handed
