@@ -78,7 +78,12 @@ pub fn build(
         .into_iter()
         .collect();
     sysctls.sort();
-    let sysctl_ns = sysctl::own_namespaces(opts.userns);
+    // Four stats of /proc/self/ns in a fresh process: only when needed.
+    let sysctl_ns = if sysctls.is_empty() {
+        rund_proto::sysctl::SysctlNamespaces::default()
+    } else {
+        sysctl::own_namespaces(opts.userns)
+    };
     for (k, _) in &sysctls {
         rund_proto::sysctl::check(k, &sysctl_ns)?;
     }

@@ -62,11 +62,19 @@ fn is_at(dir: &Path, rel: &Path, is_root: &dyn Fn(&Path) -> bool) -> bool {
     root.join(rel) == dir && is_root(&root)
 }
 
-/// Whether `p` is the root of a v1 cgroup mount.
-fn is_v1_root(p: &Path) -> bool {
-    let v1 = |p: &Path| {
-        nix::sys::statfs::statfs(p)
-            .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP_SUPER_MAGIC)
+/// Whether `p` is the root of a v1 cgroup mount. `seen` remembers each
+/// path's answer for one placement: every hierarchy's mount shares the
+/// same parent (/sys/fs/cgroup), which is then asked about once, not nine
+/// times.
+fn is_v1_root(p: &Path, seen: &mut Vec<(PathBuf, bool)>) -> bool {
+    let mut v1 = |p: &Path| {
+        if let Some((_, v)) = seen.iter().find(|(q, _)| q == p) {
+            return *v;
+        }
+        let v = nix::sys::statfs::statfs(p)
+            .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP_SUPER_MAGIC);
+        seen.push((p.to_path_buf(), v));
+        v
     };
     v1(p) && p.parent().is_some_and(|q| !v1(q))
 }
@@ -77,7 +85,10 @@ pub(crate) fn missing_v1<'a>(
     dirs: &'a [(V1Hierarchy, PathBuf)],
     proc_cgroup: Option<&str>,
 ) -> Vec<&'a Path> {
-    missing_with(dirs, proc_cgroup, &is_v1_root)
+    let seen = std::cell::RefCell::new(Vec::new());
+    missing_with(dirs, proc_cgroup, &|p| {
+        is_v1_root(p, &mut seen.borrow_mut())
+    })
 }
 
 fn missing_with<'a>(
@@ -167,5 +178,27 @@ mod tests {
         let in_x = "8:pids:/x/default/c1\n";
         assert!(missing_with(&nested, Some(in_x), &roots).is_empty());
         assert_eq!(missing_with(&nested, Some(PROC), &roots).len(), 1);
+    }
+
+    #[test]
+    fn a_root_check_asks_each_path_once_per_placement() {
+        // Seeded answers are used as they are: no statfs of a path that
+        // does not even exist.
+        let mut seen = vec![
+            (PathBuf::from("/nowhere/cg"), true),
+            (PathBuf::from("/nowhere"), false),
+        ];
+        assert!(is_v1_root(Path::new("/nowhere/cg"), &mut seen));
+        assert_eq!(seen.len(), 2, "nothing asked again");
+        // A new path is asked once and remembered.
+        assert!(!is_v1_root(Path::new("/nowhere/other"), &mut seen));
+        assert_eq!(
+            seen.last(),
+            Some(&(PathBuf::from("/nowhere/other"), false)),
+            "{seen:?}"
+        );
+        let n = seen.len();
+        assert!(!is_v1_root(Path::new("/nowhere/other"), &mut seen));
+        assert_eq!(seen.len(), n);
     }
 }
