@@ -52,7 +52,7 @@ pub(crate) fn v1_rel<'a>(h: &V1Hierarchy, proc_cgroup: &'a str) -> Option<&'a Pa
 /// Whether `dir` is the cgroup at `rel`: `dir` less `rel` must be where a
 /// cgroup filesystem starts (`is_root`), so a tree that only ends the same
 /// way never counts.
-fn is_at(dir: &Path, rel: &Path, is_root: &dyn Fn(&Path) -> bool) -> bool {
+fn is_at(dir: &Path, rel: &Path, is_root: &mut dyn FnMut(&Path) -> bool) -> bool {
     let mut root = dir.to_path_buf();
     for _ in 0..rel.components().count() {
         if !root.pop() {
@@ -85,16 +85,14 @@ pub(crate) fn missing_v1<'a>(
     dirs: &'a [(V1Hierarchy, PathBuf)],
     proc_cgroup: Option<&str>,
 ) -> Vec<&'a Path> {
-    let seen = std::cell::RefCell::new(Vec::new());
-    missing_with(dirs, proc_cgroup, &|p| {
-        is_v1_root(p, &mut seen.borrow_mut())
-    })
+    let mut seen = Vec::new();
+    missing_with(dirs, proc_cgroup, &mut |p| is_v1_root(p, &mut seen))
 }
 
 fn missing_with<'a>(
     dirs: &'a [(V1Hierarchy, PathBuf)],
     proc_cgroup: Option<&str>,
-    is_root: &dyn Fn(&Path) -> bool,
+    is_root: &mut dyn FnMut(&Path) -> bool,
 ) -> Vec<&'a Path> {
     dirs.iter()
         .filter(|(h, d)| {
@@ -157,16 +155,16 @@ mod tests {
                 PathBuf::from("/c/blkio/default/c1"),
             ),
         ];
-        let roots = |p: &Path| p.parent() == Some(Path::new("/c"));
+        let mut roots = |p: &Path| p.parent() == Some(Path::new("/c"));
         assert_eq!(
-            missing_with(&dirs, Some(PROC), &roots),
+            missing_with(&dirs, Some(PROC), &mut roots),
             vec![
                 Path::new("/c/systemd/default/c1"),
                 Path::new("/c/blkio/default/c1")
             ]
         );
         assert_eq!(
-            missing_with(&dirs, None, &roots).len(),
+            missing_with(&dirs, None, &mut roots).len(),
             4,
             "unreadable: write all"
         );
@@ -176,8 +174,8 @@ mod tests {
             PathBuf::from("/c/pids/x/default/c1"),
         )];
         let in_x = "8:pids:/x/default/c1\n";
-        assert!(missing_with(&nested, Some(in_x), &roots).is_empty());
-        assert_eq!(missing_with(&nested, Some(PROC), &roots).len(), 1);
+        assert!(missing_with(&nested, Some(in_x), &mut roots).is_empty());
+        assert_eq!(missing_with(&nested, Some(PROC), &mut roots).len(), 1);
     }
 
     #[test]
