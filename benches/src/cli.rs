@@ -92,6 +92,10 @@ pub struct Args {
     /// again after a run (default 10, quick 5).
     #[arg(long)]
     pub kube_settle: Option<u64>,
+    /// Skip the single and concurrent starts through containerd's client
+    /// API (one connection, no ctr process per operation).
+    #[arg(long)]
+    pub skip_api: bool,
     /// Skip the per-node study (rund per-node against per-pod mode and
     /// runc-v2, N idle pods each).
     #[arg(long)]
@@ -142,6 +146,8 @@ pub struct Plan {
     pub runtimes: Vec<RuntimeKind>,
     pub single: bool,
     pub concurrent: bool,
+    /// The single and concurrent starts again through the client API.
+    pub api: bool,
     pub density: bool,
     pub stop: bool,
     pub features: bool,
@@ -221,6 +227,7 @@ impl Args {
             runtimes,
             single: !self.skip_single,
             concurrent: !self.skip_concurrent,
+            api: !(self.skip_api || self.skip_single && self.skip_concurrent),
             density: !self.skip_density && !self.skip_concurrent,
             stop: !self.skip_stop,
             features,
@@ -334,6 +341,10 @@ mod tests {
         assert_eq!(plan(&["--quick"]).unwrap().node_pods, vec![20]);
         let p = plan(&[]).unwrap();
         assert_eq!((p.node, p.node_pods), (true, vec![50, 200]));
+        let p = plan(&["--skip-single", "--skip-concurrent"]).unwrap();
+        assert!(!p.api, "nothing to time through the API");
+        assert!(plan(&[]).unwrap().api);
+        assert!(!plan(&["--skip-api"]).unwrap().api);
         let p = plan(&["--node-pods", "7,3,7", "--skip-node"]).unwrap();
         assert_eq!((p.node, p.node_pods), (false, vec![3, 7]));
         assert!(plan(&["--node-pods", "0"]).is_err());

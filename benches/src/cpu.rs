@@ -216,7 +216,11 @@ impl CpuMeter {
         };
         let own = own_cgroup(v2).ok_or("the bench's own cgroup is not known")?;
         let home = root.join(own.trim_start_matches('/'));
-        let host_dir = home.join(format!("rund-bench-containerd-{}", std::process::id()));
+        // containerd's pid too: one process may meter two containerds (tests).
+        let host_dir = home.join(format!(
+            "rund-bench-containerd-{}-{pid}",
+            std::process::id()
+        ));
         std::fs::create_dir(&host_dir).map_err(|e| format!("mkdir {}: {e}", host_dir.display()))?;
         if let Err(e) = std::fs::write(host_dir.join("cgroup.procs"), pid.to_string()) {
             let _ = std::fs::remove_dir(&host_dir);

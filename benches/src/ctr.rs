@@ -51,6 +51,10 @@ impl Ctr {
         }
     }
 
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
     /// A `ctr` command with address and namespace set; stdin is /dev/null.
     pub fn command(&self) -> Command {
         let mut c = Command::new(&self.bin);
@@ -235,7 +239,7 @@ pub fn parse_task_ls(out: &str) -> Vec<TaskInfo> {
 
 /// An error message short enough for a report, with the container id
 /// replaced so that identical failures collapse into one message.
-pub fn short_error(e: &CtrError, id: &str) -> String {
+pub fn short_error(e: &impl std::fmt::Display, id: &str) -> String {
     let s = e.to_string().replace(id, "<id>");
     match s.char_indices().nth(300) {
         Some((i, _)) => format!("{}…", &s[..i]),

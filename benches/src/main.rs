@@ -1,6 +1,7 @@
 //! rund-bench: rund against runc-v2, side by side on one private containerd.
 //! See `rund-bench --help`; `make bench` and `make bench-quick` run it.
 
+mod api;
 mod cli;
 mod cpu;
 mod ctr;

@@ -181,11 +181,23 @@ pub struct OwnTime {
     pub missing: usize,
 }
 
+/// What drove containerd in a timed measure.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Client {
+    /// A `ctr` process per operation (the main comparison).
+    #[default]
+    Ctr,
+    /// containerd's client API over one long-lived connection.
+    Api,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct ConcurrentRun {
     pub runtime: RuntimeKind,
     /// Feature-switch variant ("on"/"off"), `None` in the main comparison.
     pub variant: Option<String>,
+    pub client: Client,
     pub n: usize,
     pub round: usize,
     /// From the common start to the last `ctr run -d` returning. Only a
@@ -345,6 +357,12 @@ pub struct Results {
     /// Keyed by runtime label: CPU per `run --rm` cycle, by who spent it.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub single_cpu: BTreeMap<String, CpuSplit>,
+    /// The same single start through containerd's client API.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub api_single_start: BTreeMap<String, SampleSet>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub api_single_cpu: BTreeMap<String, CpuSplit>,
+    /// Both clients' runs (`client`).
     pub concurrent: Vec<ConcurrentRun>,
     pub stop: BTreeMap<String, StopSet>,
     /// Keyed by runtime label.

@@ -3,9 +3,10 @@
 use std::collections::BTreeMap;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use crate::api::Api;
 use crate::cli::Plan;
 use crate::env::{BenchEnv, EnvError};
-use crate::measure::{concurrent, cri, features, idle, kube, node, pool, single, stop};
+use crate::measure::{concurrent, cri, features, idle, kube, node, pool, single, stop, Driver};
 use crate::progress::{interrupted, Progress};
 use crate::report::figures;
 use crate::results::{Meta, Results};
@@ -19,12 +20,16 @@ fn total_steps(p: &Plan) -> u64 {
     if p.single {
         t += (p.warmup + p.iterations) * rf;
     }
+    let passes = 1 + usize::from(p.api);
+    if p.single {
+        t += (passes - 1) * (p.warmup + p.iterations) * rf;
+    }
     if p.concurrent {
-        t += p
-            .concurrency
-            .iter()
-            .map(|n| 2 * n * p.rounds * rf)
-            .sum::<usize>();
+        t += passes
+            * p.concurrency
+                .iter()
+                .map(|n| 2 * n * p.rounds * rf)
+                .sum::<usize>();
     }
     if p.idle {
         t += p.idle_pods * r;
@@ -133,6 +138,8 @@ pub fn run(p: &Plan) -> Result<Results, EnvError> {
         warmup: BTreeMap::new(),
         single_start: BTreeMap::new(),
         single_cpu: BTreeMap::new(),
+        api_single_start: BTreeMap::new(),
+        api_single_cpu: BTreeMap::new(),
         concurrent: Vec::new(),
         stop: BTreeMap::new(),
         idle: BTreeMap::new(),
@@ -148,26 +155,39 @@ pub fn run(p: &Plan) -> Result<Results, EnvError> {
 
     if p.single {
         progress.phase("warm-up");
-        res.warmup = single::run(&env, &timed, p.warmup, "w", label, &progress).0;
+        let d = Driver::Ctr;
+        res.warmup = single::run(&env, d, &timed, p.warmup, "w", label, &progress).0;
         progress.phase("single start");
         (res.single_start, res.single_cpu) =
-            single::run(&env, &timed, p.iterations, "s", label, &progress);
+            single::run(&env, d, &timed, p.iterations, "s", label, &progress);
     }
     if p.concurrent {
-        for &n in &p.concurrency {
-            for round in 0..p.rounds {
-                for rt in crate::measure::alternate(&timed, round) {
-                    if interrupted() {
-                        break;
-                    }
-                    // The no-op shim runs no process: nothing to weigh.
-                    let opts = concurrent::Options {
-                        density: p.density && rt.kind != RuntimeKind::Noop,
-                    };
-                    res.concurrent
-                        .push(concurrent::run(&env, rt, n, round, &opts, &progress));
+        bursts(p, &env, Driver::Ctr, &timed, &mut res, &progress);
+    }
+    if p.api && !interrupted() {
+        progress.phase("client API: templates");
+        match Api::connect(
+            env.containerd.address(),
+            &env.ctr,
+            &env.rootfs,
+            &timed,
+            p.ctr_timeout,
+        ) {
+            Ok(api) => {
+                let d = Driver::Api(&api);
+                if p.single {
+                    progress.phase("single start (API)");
+                    let _ = single::run(&env, d, &timed, p.warmup, "w", label, &progress);
+                    (res.api_single_start, res.api_single_cpu) =
+                        single::run(&env, d, &timed, p.iterations, "s", label, &progress);
+                }
+                if p.concurrent {
+                    bursts(p, &env, d, &timed, &mut res, &progress);
                 }
             }
+            Err(e) => res
+                .notes
+                .push(format!("the client API measures were not taken: {e}")),
         }
     }
     if p.idle && !interrupted() {
@@ -230,6 +250,35 @@ pub fn run(p: &Plan) -> Result<Results, EnvError> {
     Ok(res)
 }
 
+/// Every N, `rounds` rounds, the runtimes alternating within each.
+fn bursts(
+    p: &Plan,
+    env: &BenchEnv,
+    driver: Driver,
+    timed: &[Runtime],
+    res: &mut Results,
+    progress: &Progress,
+) {
+    for &n in &p.concurrency {
+        for round in 0..p.rounds {
+            for rt in crate::measure::alternate(timed, round) {
+                if interrupted() {
+                    return;
+                }
+                // The no-op shim runs no process, and the API runs start the
+                // same pods again: nothing new to weigh.
+                let opts = concurrent::Options {
+                    density: p.density
+                        && rt.kind != RuntimeKind::Noop
+                        && matches!(driver, Driver::Ctr),
+                };
+                res.concurrent
+                    .push(concurrent::run(env, driver, rt, n, round, &opts, progress));
+            }
+        }
+    }
+}
+
 fn add_notes(res: &mut Results) {
     let mut notes = Vec::new();
     for (rt, set) in res.warmup.iter().chain(&res.single_start) {
@@ -237,14 +286,27 @@ fn add_notes(res: &mut Results) {
             notes.push(format!("{rt} start error: {e}"));
         }
     }
+    for (rt, set) in &res.api_single_start {
+        for e in &set.errors {
+            notes.push(format!("{rt} start error (API): {e}"));
+        }
+    }
     for r in &res.concurrent {
+        let via = match r.client {
+            crate::results::Client::Ctr => "",
+            crate::results::Client::Api => " (API)",
+        };
         for e in &r.errors {
-            notes.push(format!("{} N={} start error: {e}", r.runtime.label(), r.n));
+            notes.push(format!(
+                "{} N={}{via} start error: {e}",
+                r.runtime.label(),
+                r.n
+            ));
         }
         if let Some(t) = &r.teardown {
             for e in &t.errors {
                 notes.push(format!(
-                    "{} N={} teardown error: {e}",
+                    "{} N={}{via} teardown error: {e}",
                     r.runtime.label(),
                     r.n
                 ));

@@ -51,7 +51,7 @@ impl RuntimeKind {
 }
 
 /// A runtime plus the per-container options ctr sends with it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Runtime {
     pub kind: RuntimeKind,
     /// Sent as the runtime options' `ConfigPath` (`ctr run --runtime-config-path`).

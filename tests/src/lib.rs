@@ -14,6 +14,7 @@ pub mod cri;
 pub mod error;
 pub mod faults;
 pub mod fsview;
+pub mod grpc;
 pub mod hung;
 pub mod image;
 pub mod inside;

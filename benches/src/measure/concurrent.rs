@@ -1,13 +1,14 @@
 //! Concurrent start of N sleeping containers, then (optionally) density,
 //! then teardown of the same N.
 
-use std::sync::{Arc, Barrier};
+use std::sync::Barrier;
 use std::thread;
 use std::time::Instant;
 
+use super::Driver;
 use super::{density, ms};
 use crate::cpu::CpuSplit;
-use crate::ctr::{short_error, Ctr, CtrError};
+use crate::ctr::short_error;
 use crate::env::BenchEnv;
 use crate::progress::Progress;
 use crate::results::{note_error, ConcurrentRun, Teardown};
@@ -17,8 +18,8 @@ use crate::stats::Summary;
 /// Outcome of one operation launched on all ids at once.
 struct Burst {
     wall_ms: f64,
-    /// Per id: latency or error, in id order.
-    each: Vec<Result<f64, CtrError>>,
+    /// Per id: latency or a short error, in id order.
+    each: Vec<Result<f64, String>>,
 }
 
 /// Runs `op` on every id from its own thread, all released by one barrier.
@@ -27,44 +28,43 @@ struct Burst {
 /// main thread alone may be woken hundreds of ms after the others on a busy
 /// machine, and a wall from its clock would then be shorter than the
 /// slowest start.
-fn burst<F>(ctr: &Ctr, ids: &[String], progress: &Progress, op: F) -> Burst
+fn burst<F>(ids: &[String], progress: &Progress, op: F) -> Burst
 where
-    F: Fn(&Ctr, &str) -> Result<(), CtrError> + Send + Sync + 'static,
+    F: Fn(&str) -> Result<(), String> + Sync,
 {
-    let op = Arc::new(op);
-    let gate = Arc::new(Barrier::new(ids.len() + 1));
-    let handles: Vec<_> = ids
-        .iter()
-        .map(|id| {
-            let (op, gate, ctr, id) = (op.clone(), gate.clone(), ctr.clone(), id.clone());
-            thread::spawn(move || {
-                gate.wait();
-                let t = Instant::now();
-                let r = op(&ctr, &id);
-                (r, t, Instant::now())
+    let gate = Barrier::new(ids.len() + 1);
+    let (op, gate) = (&op, &gate);
+    thread::scope(|s| {
+        let handles: Vec<_> = ids
+            .iter()
+            .map(|id| {
+                s.spawn(move || {
+                    gate.wait();
+                    let t = Instant::now();
+                    let r = op(id);
+                    (r, t, Instant::now())
+                })
             })
-        })
-        .collect();
-    gate.wait();
-    let main_t0 = Instant::now();
-    let mut spans = Vec::with_capacity(ids.len());
-    let mut each = Vec::with_capacity(ids.len());
-    for h in handles {
-        match h.join() {
-            Ok((r, t, end)) => {
-                spans.push((t, end));
-                each.push(r.map(|()| ms(end - t)));
+            .collect();
+        gate.wait();
+        let main_t0 = Instant::now();
+        let mut spans = Vec::with_capacity(ids.len());
+        let mut each = Vec::with_capacity(ids.len());
+        for h in handles {
+            match h.join() {
+                Ok((r, t, end)) => {
+                    spans.push((t, end));
+                    each.push(r.map(|()| ms(end - t)));
+                }
+                Err(_) => each.push(Err("thread panicked".into())),
             }
-            Err(_) => each.push(Err(CtrError::Spawn(std::io::Error::other(
-                "thread panicked",
-            )))),
+            progress.inc(1);
         }
-        progress.inc(1);
-    }
-    Burst {
-        wall_ms: ms(wall(main_t0, &spans)),
-        each,
-    }
+        Burst {
+            wall_ms: ms(wall(main_t0, &spans)),
+            each,
+        }
+    })
 }
 
 /// From the earliest start (the main thread's clock included) to the last end.
@@ -80,6 +80,7 @@ pub struct Options {
 
 pub fn run(
     env: &BenchEnv,
+    driver: Driver,
     rt: &Runtime,
     n: usize,
     round: usize,
@@ -87,13 +88,23 @@ pub fn run(
     progress: &Progress,
 ) -> ConcurrentRun {
     let ids: Vec<String> = (0..n)
-        .map(|i| format!("{}-c{n}r{round}-{i}", rt.kind.tag()))
+        .map(|i| format!("{}-{}c{n}r{round}-{i}", rt.kind.tag(), driver.tag()))
         .collect();
-    progress.phase(format!("{} concurrent start N={n}", rt.kind.label()));
-    let (rt2, rootfs) = (rt.clone(), env.rootfs.clone());
+    progress.phase(format!(
+        "{} concurrent start N={n}{}",
+        rt.kind.label(),
+        driver.suffix()
+    ));
+    let argv = ["/bin/sleep", "100000"];
     let before = env.cpu.as_ref().and_then(|m| m.snap());
-    let start = burst(&env.ctr, &ids, progress, move |ctr, id| {
-        ctr.run_detached(&rt2, &rootfs, id, &["/bin/sleep", "100000"])
+    let start = burst(&ids, progress, |id| match driver {
+        Driver::Ctr => env
+            .ctr
+            .run_detached(rt, &env.rootfs, id, &argv)
+            .map_err(|e| short_error(&e, id)),
+        Driver::Api(api) => api
+            .run_detached(rt, id, &argv)
+            .map_err(|e| short_error(&e, id)),
     });
     let cpu_start = cpu_span(env, before, n);
 
@@ -123,7 +134,7 @@ pub fn run(
                 }
                 started_ids.push(id.clone());
             }
-            Err(e) => note_error(&mut errors, short_error(&e, id)),
+            Err(e) => note_error(&mut errors, e),
         }
     }
 
@@ -135,17 +146,21 @@ pub fn run(
 
     progress.phase(format!("{} teardown N={n}", rt.kind.label()));
     let before = env.cpu.as_ref().and_then(|m| m.snap());
-    let td = burst(&env.ctr, &started_ids, progress, |ctr, id| {
-        ctr.task_delete_force(id)?;
-        ctr.container_rm(id)
+    let td = burst(&started_ids, progress, |id| match driver {
+        Driver::Ctr => env
+            .ctr
+            .task_delete_force(id)
+            .and_then(|()| env.ctr.container_rm(id))
+            .map_err(|e| short_error(&e, id)),
+        Driver::Api(api) => api.remove(id).map_err(|e| short_error(&e, id)),
     });
     let cpu_teardown = cpu_span(env, before, started_ids.len());
     let mut td_errors = Vec::new();
     let mut td_fail = 0;
-    for (id, r) in started_ids.iter().zip(&td.each) {
+    for r in &td.each {
         if let Err(e) = r {
             td_fail += 1;
-            note_error(&mut td_errors, short_error(e, id));
+            note_error(&mut td_errors, e.clone());
         }
     }
     // Failed starts (and failed teardowns) may leave containers: remove them,
@@ -163,6 +178,7 @@ pub fn run(
     ConcurrentRun {
         runtime: rt.kind,
         variant: None,
+        client: driver.client(),
         n,
         round,
         wall_ms: start.wall_ms,

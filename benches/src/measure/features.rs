@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{concurrent, single};
+use super::{concurrent, single, Driver};
 use crate::env::BenchEnv;
 use crate::progress::{interrupted, Progress};
 use crate::results::{FeatureResult, SampleSet};
@@ -122,6 +122,7 @@ pub fn run(env: &BenchEnv, opts: &Options, progress: &Progress) -> Vec<FeatureRe
         };
         let mut sets = single::run(
             env,
+            Driver::Ctr,
             &rts,
             opts.iterations,
             &format!("f{}", sw.feature),
@@ -140,6 +141,7 @@ pub fn run(env: &BenchEnv, opts: &Options, progress: &Progress) -> Vec<FeatureRe
                     }
                     let mut r = concurrent::run(
                         env,
+                        Driver::Ctr,
                         rt,
                         n,
                         100 + i,

@@ -14,7 +14,43 @@ pub mod pool;
 pub mod single;
 pub mod stop;
 
+use crate::api::Api;
+use crate::results::Client;
 use crate::runtime::Runtime;
+
+/// How a timed measure drives containerd.
+#[derive(Clone, Copy)]
+pub enum Driver<'a> {
+    /// A `ctr` process per operation.
+    Ctr,
+    /// containerd's client API over one connection.
+    Api(&'a Api),
+}
+
+impl Driver<'_> {
+    pub fn client(self) -> Client {
+        match self {
+            Driver::Ctr => Client::Ctr,
+            Driver::Api(_) => Client::Api,
+        }
+    }
+
+    /// Keeps container ids apart between the two.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Driver::Ctr => "",
+            Driver::Api(_) => "a",
+        }
+    }
+
+    /// For progress lines.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Driver::Ctr => "",
+            Driver::Api(_) => " (API)",
+        }
+    }
+}
 
 /// Runtimes in round `i`'s order: reversed every other round, so neither
 /// runtime always goes first.

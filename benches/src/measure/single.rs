@@ -1,8 +1,11 @@
-//! Single start: `ctr run --rm … /bin/true`, end to end.
+//! Single start: `ctr run --rm … /bin/true` (or the same through
+//! containerd's client API), end to end.
 
 use std::collections::BTreeMap;
 
-use super::{alternate, ms};
+use std::time::Instant;
+
+use super::{alternate, ms, Driver};
 use crate::cpu::CpuSplit;
 use crate::ctr::short_error;
 use crate::env::BenchEnv;
@@ -17,6 +20,7 @@ use crate::runtime::Runtime;
 /// the next sample.
 pub fn run(
     env: &BenchEnv,
+    driver: Driver,
     rts: &[Runtime],
     iterations: usize,
     tag: &str,
@@ -30,11 +34,23 @@ pub fn run(
             if interrupted() {
                 return (out, cpu);
             }
-            let id = format!("{}-{tag}-{i}", rt.kind.tag());
+            let id = format!("{}-{}{tag}-{i}", rt.kind.tag(), driver.tag());
             let set = out.entry(label(rt)).or_default();
             let before = env.cpu.as_ref().and_then(|m| m.snap());
-            match env.ctr.run_rm(rt, &env.rootfs, &id, &["/bin/true"]) {
-                Ok((_, d)) => {
+            let t0 = Instant::now();
+            let ran = match driver {
+                Driver::Ctr => env
+                    .ctr
+                    .run_rm(rt, &env.rootfs, &id, &["/bin/true"])
+                    .map(|(_, d)| d)
+                    .map_err(|e| short_error(&e, &id)),
+                Driver::Api(api) => api
+                    .run_rm(rt, &id, &["/bin/true"])
+                    .map(|()| t0.elapsed())
+                    .map_err(|e| short_error(&e, &id)),
+            };
+            match ran {
+                Ok(d) => {
                     set.ok(ms(d));
                     if let (Some(m), Some(a)) = (&env.cpu, before) {
                         if let Some(s) = m.snap_after().and_then(|b| m.split(&a, &b, 1)) {
@@ -43,7 +59,7 @@ pub fn run(
                     }
                 }
                 Err(e) => {
-                    set.fail(short_error(&e, &id));
+                    set.fail(e);
                     // A failed --rm run may leave the container behind.
                     let _ = env.ctr.remove_everything(&id);
                 }

@@ -3,9 +3,9 @@
 
 use std::fmt::Write as _;
 
-use super::figures::{row, runs_of};
+use super::figures::{row, runs_via, via};
 use crate::cpu::CpuSplit;
-use crate::results::{ConcurrentRun, Results, TableRow};
+use crate::results::{Client, ConcurrentRun, Results, TableRow};
 use crate::runtime::RuntimeKind;
 
 const KINDS: [RuntimeKind; 3] = [RuntimeKind::Rund, RuntimeKind::Runc, RuntimeKind::Noop];
@@ -26,15 +26,26 @@ fn pooled<'a>(it: impl Iterator<Item = &'a CpuSplit>) -> Option<CpuSplit> {
 
 fn spans(results: &Results) -> Vec<Span> {
     let mut out = Vec::new();
-    if !results.single_cpu.is_empty() {
+    for client in [Client::Ctr, Client::Api] {
+        client_spans(results, client, &mut out);
+    }
+    out
+}
+
+fn client_spans(results: &Results, client: Client, out: &mut Vec<Span>) {
+    let single = match client {
+        Client::Ctr => &results.single_cpu,
+        Client::Api => &results.api_single_cpu,
+    };
+    if !single.is_empty() {
         out.push(Span {
-            name: "single start (`run --rm`, one cycle)".into(),
-            by: KINDS.map(|k| results.single_cpu.get(k.label()).copied()),
+            name: via(client, "single start (`run --rm`, one cycle)".into()),
+            by: KINDS.map(|k| single.get(k.label()).copied()),
         });
     }
     for &n in &results.meta.concurrency {
         let of = |k: RuntimeKind, f: fn(&ConcurrentRun) -> Option<&CpuSplit>| {
-            pooled(runs_of(results, k, n).into_iter().filter_map(f))
+            pooled(runs_via(results, client, k, n).into_iter().filter_map(f))
         };
         for (what, f) in [
             (
@@ -47,13 +58,12 @@ fn spans(results: &Results) -> Vec<Span> {
             let by = KINDS.map(|k| of(k, f));
             if by.iter().any(Option::is_some) {
                 out.push(Span {
-                    name: format!("{n} concurrent: {what}"),
+                    name: via(client, format!("{n} concurrent: {what}")),
                     by,
                 });
             }
         }
     }
-    out
 }
 
 /// The total per pod of each span, rund against runc-v2 and the floor.

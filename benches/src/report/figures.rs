@@ -1,6 +1,6 @@
 //! The comparison rows: one figure per row, rund and runc-v2 side by side.
 
-use crate::results::{ConcurrentRun, Results, TableRow};
+use crate::results::{Client, ConcurrentRun, Results, TableRow};
 use crate::runtime::RuntimeKind;
 use crate::stats::{percentile_sorted, ratio, Summary};
 
@@ -48,13 +48,32 @@ fn above_floor(figure: String, unit: &str, base: &TableRow) -> Option<TableRow> 
     ))
 }
 
-/// Runs of one runtime at one N in the main comparison (not feature runs).
-pub fn runs_of(results: &Results, kind: RuntimeKind, n: usize) -> Vec<&ConcurrentRun> {
+/// Runs of one runtime at one N in the main comparison (not feature runs),
+/// through `client`.
+pub fn runs_via(
+    results: &Results,
+    client: Client,
+    kind: RuntimeKind,
+    n: usize,
+) -> Vec<&ConcurrentRun> {
     results
         .concurrent
         .iter()
-        .filter(|r| r.runtime == kind && r.n == n && r.variant.is_none())
+        .filter(|r| r.runtime == kind && r.n == n && r.variant.is_none() && r.client == client)
         .collect()
+}
+
+/// Runs of one runtime at one N in the main comparison through `ctr`.
+pub fn runs_of(results: &Results, kind: RuntimeKind, n: usize) -> Vec<&ConcurrentRun> {
+    runs_via(results, Client::Ctr, kind, n)
+}
+
+/// A figure's name through `client`: the `ctr` ones keep their plain names.
+pub fn via(client: Client, name: String) -> String {
+    match client {
+        Client::Ctr => name,
+        Client::Api => format!("API: {name}"),
+    }
 }
 
 /// Median over rounds of a per-run figure.
@@ -76,11 +95,28 @@ fn pooled_latency(runs: &[&ConcurrentRun], p: f64) -> Option<f64> {
 
 pub fn build(results: &Results) -> Vec<TableRow> {
     let mut rows = Vec::new();
-    let get = |k: RuntimeKind| results.single_start.get(k.label());
+    for client in [Client::Ctr, Client::Api] {
+        single_rows(results, client, &mut rows);
+        concurrent_rows(results, client, &mut rows);
+    }
+    super::cpu::rows(results, &mut rows);
+    super::memory::density_rows(results, &mut rows);
+    super::memory::idle_rows(results, &mut rows);
+    super::node::rows(results, &mut rows);
+    stop_rows(results, &mut rows);
+    rows
+}
+
+fn single_rows(results: &Results, client: Client, rows: &mut Vec<TableRow>) {
+    let starts = match client {
+        Client::Ctr => &results.single_start,
+        Client::Api => &results.api_single_start,
+    };
+    let get = |k: RuntimeKind| starts.get(k.label());
     let single =
         |k: RuntimeKind, f: fn(&Summary) -> f64| get(k).and_then(|s| s.summary.as_ref()).map(f);
     let fails = |k: RuntimeKind| get(k).map(|s| s.failures as f64);
-    if !results.single_start.is_empty() {
+    if !starts.is_empty() {
         let n = |k: RuntimeKind| get(k).map(|s| s.samples_ms.len()).unwrap_or(0);
         let note = format!("n = {} / {}", n(RuntimeKind::Rund), n(RuntimeKind::Runc));
         let mut median_row = None;
@@ -91,7 +127,10 @@ pub fn build(results: &Results) -> Vec<TableRow> {
         ] {
             let r = with_floor(
                 row(
-                    format!("single start (`run --rm /bin/true`) {name}"),
+                    via(
+                        client,
+                        format!("single start (`run --rm /bin/true`) {name}"),
+                    ),
                     "ms",
                     single(RuntimeKind::Rund, f),
                     single(RuntimeKind::Runc, f),
@@ -105,7 +144,7 @@ pub fn build(results: &Results) -> Vec<TableRow> {
         }
         rows.push(with_floor(
             row(
-                "single start failures".into(),
+                via(client, "single start failures".into()),
                 "count",
                 fails(RuntimeKind::Rund),
                 fails(RuntimeKind::Runc),
@@ -114,17 +153,18 @@ pub fn build(results: &Results) -> Vec<TableRow> {
             ),
             fails(RuntimeKind::Noop),
         ));
-        if let Some(r) = median_row
-            .and_then(|m| above_floor("single start median above the floor".into(), "ms", &m))
-        {
+        let name = via(client, "single start median above the floor".into());
+        if let Some(r) = median_row.and_then(|m| above_floor(name, "ms", &m)) {
             rows.push(r);
         }
     }
+}
 
+fn concurrent_rows(results: &Results, client: Client, rows: &mut Vec<TableRow>) {
     for n in &results.meta.concurrency {
-        let rd = runs_of(results, RuntimeKind::Rund, *n);
-        let rc = runs_of(results, RuntimeKind::Runc, *n);
-        let rf = runs_of(results, RuntimeKind::Noop, *n);
+        let rd = runs_via(results, client, RuntimeKind::Rund, *n);
+        let rc = runs_via(results, client, RuntimeKind::Runc, *n);
+        let rf = runs_via(results, client, RuntimeKind::Noop, *n);
         if rd.is_empty() && rc.is_empty() {
             continue;
         }
@@ -171,7 +211,7 @@ pub fn build(results: &Results) -> Vec<TableRow> {
         }
         let wall_row = with_floor(
             row(
-                format!("{n} concurrent: wall until all running"),
+                via(client, format!("{n} concurrent: wall until all running")),
                 "s",
                 wall(&rd),
                 wall(&rc),
@@ -183,7 +223,7 @@ pub fn build(results: &Results) -> Vec<TableRow> {
         rows.push(wall_row.clone());
         rows.push(with_floor(
             row(
-                format!("{n} concurrent: failures"),
+                via(client, format!("{n} concurrent: failures")),
                 "count",
                 failures(&rd),
                 failures(&rc),
@@ -193,7 +233,7 @@ pub fn build(results: &Results) -> Vec<TableRow> {
             failures(&rf),
         ));
         if let Some(r) = above_floor(
-            format!("{n} concurrent: wall above the floor"),
+            via(client, format!("{n} concurrent: wall above the floor")),
             "s",
             &wall_row,
         ) {
@@ -202,7 +242,7 @@ pub fn build(results: &Results) -> Vec<TableRow> {
         for (name, p) in [("p50", 50.0), ("p99", 99.0)] {
             rows.push(with_floor(
                 row(
-                    format!("{n} concurrent: per-container {name}"),
+                    via(client, format!("{n} concurrent: per-container {name}")),
                     "ms",
                     pooled_latency(&rd, p),
                     pooled_latency(&rc, p),
@@ -214,7 +254,7 @@ pub fn build(results: &Results) -> Vec<TableRow> {
         }
         rows.push(with_floor(
             row(
-                format!("{n} teardown: kill+delete wall"),
+                via(client, format!("{n} teardown: kill+delete wall")),
                 "s",
                 td(&rd),
                 td(&rc),
@@ -225,7 +265,7 @@ pub fn build(results: &Results) -> Vec<TableRow> {
         ));
         rows.push(with_floor(
             row(
-                format!("{n} teardown: failures"),
+                via(client, format!("{n} teardown: failures")),
                 "count",
                 td_fail(&rd),
                 td_fail(&rc),
@@ -235,13 +275,6 @@ pub fn build(results: &Results) -> Vec<TableRow> {
             td_fail(&rf),
         ));
     }
-
-    super::cpu::rows(results, &mut rows);
-    super::memory::density_rows(results, &mut rows);
-    super::memory::idle_rows(results, &mut rows);
-    super::node::rows(results, &mut rows);
-    stop_rows(results, &mut rows);
-    rows
 }
 
 fn stop_rows(results: &Results, rows: &mut Vec<TableRow>) {
@@ -353,6 +386,7 @@ pub(crate) mod tests {
         ConcurrentRun {
             runtime,
             variant: None,
+            client: Client::Ctr,
             n: 200,
             round,
             wall_ms,

@@ -78,7 +78,11 @@ impl RuncRef {
             .map(|x| x.median);
         let mut wall_s = std::collections::BTreeMap::new();
         for r in &results.concurrent {
-            if r.runtime == RuntimeKind::Runc && r.variant.is_none() && r.failures == 0 {
+            if r.runtime == RuntimeKind::Runc
+                && r.variant.is_none()
+                && r.client == crate::results::Client::Ctr
+                && r.failures == 0
+            {
                 wall_s.entry(r.n).or_insert(r.wall_ms / 1e3);
             }
         }
@@ -234,6 +238,14 @@ pub fn render(results: &Results) -> String {
         s.push_str(
             "\nfloor: the bench's no-op shim (`containerd-shim-rundbench-noop-v2`: no process, \
          events only) in the same alternation: containerd + ctr + one shim process start.\n",
+        );
+    }
+    if results.table.iter().any(|r| r.figure.starts_with("API: ")) {
+        s.push_str(
+            "\nAPI: the same starts through containerd's client API (gRPC, one connection \
+             for the whole run, as the CRI plugin's callers hold one), instead of a `ctr` \
+             process per operation: each pod's container is the one `ctr run` makes (read \
+             back from a template container), with null IO and no lease.\n",
         );
     }
     if let Some(t) = super::cpu::render(results) {

@@ -33,7 +33,7 @@ pub use events::{Event, EventWatch};
 pub use line::ContainerdBins;
 pub use podnet::PodNetwork;
 pub use pty::PtyCtr;
-pub use sandboxes::{Metric, SandboxStatus};
+pub use sandboxes::{Any, Metric, SandboxStatus};
 pub use task::TaskInfo;
 
 /// Debian 12's containerd (1.6.20): the default line (see [`line`]).

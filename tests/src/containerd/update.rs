@@ -2,10 +2,7 @@
 //! the one call they need as nerdctl and CRI do (`containerd.services.tasks.v1.Tasks/Update`,
 //! resources as the OCI `LinuxResources` JSON in an Any).
 
-use hyper_util::rt::TokioIo;
-use tokio::net::UnixStream;
 use tonic::codegen::http::uri::PathAndQuery;
-use tonic::transport::{Endpoint, Uri};
 
 use super::Containerd;
 use crate::error::{Error, Result};
@@ -69,17 +66,9 @@ impl Containerd {
             .parse()
             .map_err(|e| harness(format!("namespace as metadata: {e}")))?;
         rt.block_on(async move {
-            // The URI is a placeholder: the connector always dials the unix socket.
-            let channel =
-                Endpoint::from_static("http://[::]:50051")
-                    .connect_with_connector(tower::service_fn(move |_: Uri| {
-                        let p = socket.clone();
-                        async move {
-                            Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(p).await?))
-                        }
-                    }))
-                    .await
-                    .map_err(|e| harness(format!("connect: {e}")))?;
+            let channel = crate::grpc::unix_channel(socket)
+                .await
+                .map_err(|e| harness(format!("connect: {e}")))?;
             let mut grpc = tonic::client::Grpc::new(channel);
             grpc.ready()
                 .await

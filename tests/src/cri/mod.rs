@@ -6,7 +6,6 @@ pub mod sandboxer;
 
 use std::path::{Path, PathBuf};
 
-use hyper_util::rt::TokioIo;
 use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
@@ -17,8 +16,7 @@ use k8s_cri::v1::{
     StartContainerRequest, StopContainerRequest, StopPodSandboxRequest, VersionRequest,
     VersionResponse,
 };
-use tokio::net::UnixStream;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 
 pub use config::{bind_mount, ContainerSpec, IdRange, PodSpec};
 pub use conform::{CriFixture, Exec, Handler, SharedDir};
@@ -95,19 +93,8 @@ impl CriClient {
             .build()
             .map_err(CriError::Runtime)?;
         let path = socket.to_path_buf();
-        let p2 = path.clone();
         let channel = rt
-            .block_on(async move {
-                // The URI is a placeholder: the connector always dials the unix socket.
-                Endpoint::from_static("http://[::]:50051")
-                    .connect_with_connector(tower::service_fn(move |_: Uri| {
-                        let p = p2.clone();
-                        async move {
-                            Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(p).await?))
-                        }
-                    }))
-                    .await
-            })
+            .block_on(crate::grpc::unix_channel(path.clone()))
             .map_err(|source| CriError::Connect { path, source })?;
         Ok(CriClient {
             rt,

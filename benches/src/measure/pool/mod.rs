@@ -12,7 +12,7 @@ mod phases;
 
 use std::path::{Path, PathBuf};
 
-use super::{concurrent, ms};
+use super::{concurrent, ms, Driver};
 use crate::ctr::short_error;
 use crate::env::BenchEnv;
 use crate::progress::{interrupted, Progress};
@@ -196,6 +196,7 @@ pub fn run(env: &BenchEnv, o: &Options, progress: &Progress) -> PoolStudy {
                 phases::reset(&v.phases);
                 let r = concurrent::run(
                     env,
+                    Driver::Ctr,
                     &v.rt,
                     n,
                     300 + round,
