@@ -192,6 +192,16 @@ pub enum Client {
     Api,
 }
 
+impl Client {
+    /// For progress lines and notes; the `ctr` runs keep their plain names.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Client::Ctr => "",
+            Client::Api => " (API)",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct ConcurrentRun {
     pub runtime: RuntimeKind,

@@ -292,10 +292,7 @@ fn add_notes(res: &mut Results) {
         }
     }
     for r in &res.concurrent {
-        let via = match r.client {
-            crate::results::Client::Ctr => "",
-            crate::results::Client::Api => " (API)",
-        };
+        let via = r.client.suffix();
         for e in &r.errors {
             notes.push(format!(
                 "{} N={}{via} start error: {e}",

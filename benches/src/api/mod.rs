@@ -45,8 +45,8 @@ pub enum ApiError {
     Timeout { method: String, secs: u64 },
     #[error("no template for runtime {0}")]
     NoTemplate(String),
-    #[error("{method}: the task exited with status {status}")]
-    Exit { method: String, status: u32 },
+    #[error("run --rm: the task exited with status {status}")]
+    Exit { status: u32 },
 }
 
 /// A blocking client: each call runs on the client's own runtime, so many
@@ -197,10 +197,7 @@ impl Api {
             self.call::<_, Ignored>(CONTAINERS, "Delete", del).await?;
             match w.exit_status {
                 0 => Ok(()),
-                status => Err(ApiError::Exit {
-                    method: "run --rm".into(),
-                    status,
-                }),
+                status => Err(ApiError::Exit { status }),
             }
         })
     }

@@ -45,10 +45,7 @@ impl Driver<'_> {
 
     /// For progress lines.
     pub fn suffix(self) -> &'static str {
-        match self {
-            Driver::Ctr => "",
-            Driver::Api(_) => " (API)",
-        }
+        self.client().suffix()
     }
 }
 
