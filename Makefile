@@ -36,7 +36,7 @@ HOST_TRIPLE := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
 STATIC_ENV = RUSTFLAGS="-C target-feature=+crt-static" LIBSECCOMP_LINK_TYPE=static \
 	LIBSECCOMP_LIB_PATH="$$(dirname "$$($${CC:-cc} -print-file-name=libseccomp.a)")"
 STATIC_BINS := rund-agent containerd-shim-rund-v2
-# $(1): debug or release; $(2): more environment (RUND_LINK_ORDER=off).
+# $(1): debug or release; $(2): more environment.
 define static_bins
 	$(2) $(STATIC_ENV) $(CARGO) build $(if $(filter release,$(1)),--release) -p rund-agent --target $(HOST_TRIPLE)
 	$(2) $(STATIC_ENV) $(CARGO) build $(if $(filter release,$(1)),--release) -p rund-shim --bin containerd-shim-rund-v2 --target $(HOST_TRIPLE)
@@ -152,16 +152,22 @@ test-linkorder: release
 
 # Re-profile which functions the shim and agent run and rewrite
 # linkorder/*.order (root: it turns the disk's readahead off for the run).
-# The release binaries are profiled as linked and unlinked from the order
-# (RUND_LINK_ORDER=off); a function is kept if it ran in both layouts.
+# The release binaries are profiled as linked and in a second build whose
+# every Rust function starts a page of its own (LLVM's
+# -align-all-functions=12, in a target dir of its own): there a page read
+# names the one function that ran, not its neighbours. A function is kept if
+# its page was read in both layouts.
 LINK_ORDER_BINS := containerd-shim-rund-v2 rund-agent rund
+ALIGNED_ENV = $(STATIC_ENV) CARGO_TARGET_DIR=$(TARGET_DIR)/linkorder-aligned \
+	RUSTFLAGS="-C target-feature=+crt-static -C llvm-args=-align-all-functions=12"
 link-order: release
-	rm -rf $(TARGET_DIR)/linkorder && mkdir -p $(TARGET_DIR)/linkorder/ordered $(TARGET_DIR)/linkorder/plain
+	rm -rf $(TARGET_DIR)/linkorder && mkdir -p $(TARGET_DIR)/linkorder/ordered $(TARGET_DIR)/linkorder/aligned
 	for b in $(LINK_ORDER_BINS); do cp $(TARGET_DIR)/release/$$b $(TARGET_DIR)/linkorder/ordered/; done
-	RUND_LINK_ORDER=off $(CARGO) build --release -p rund-shim
-	$(call static_bins,release,RUND_LINK_ORDER=off)
-	for b in $(LINK_ORDER_BINS); do cp $(TARGET_DIR)/release/$$b $(TARGET_DIR)/linkorder/plain/; done
-	linkorder/profile.sh $(TARGET_DIR)/linkorder/ordered $(TARGET_DIR)/linkorder/plain
+	$(ALIGNED_ENV) $(CARGO) build --release -p rund-agent --target $(HOST_TRIPLE)
+	$(ALIGNED_ENV) $(CARGO) build --release -p rund-shim --bin containerd-shim-rund-v2 --target $(HOST_TRIPLE)
+	for b in $(STATIC_BINS); do cp $(TARGET_DIR)/linkorder-aligned/$(HOST_TRIPLE)/release/$$b $(TARGET_DIR)/linkorder/aligned/; done
+	cp $(TARGET_DIR)/release/rund $(TARGET_DIR)/linkorder/aligned/
+	linkorder/profile.sh $(TARGET_DIR)/linkorder/ordered $(TARGET_DIR)/linkorder/aligned
 	$(CARGO) build --release -p rund-shim
 	$(call static_bins,release,)
 

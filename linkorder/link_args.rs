@@ -20,7 +20,7 @@ fn link_release(bin: &str) {
     // crate, on every build: watch the folder until the file exists.
     let watched = if order.exists() { order.clone() } else { order.with_file_name("") };
     println!("cargo:rerun-if-changed={}", watched.display());
-    // `make link-order` profiles an unordered build too (`=off`).
+    // `RUND_LINK_ORDER=off`: an unordered link, to compare layouts by hand.
     println!("cargo:rerun-if-env-changed=RUND_LINK_ORDER");
     let wanted = std::env::var("RUND_LINK_ORDER").as_deref() != Ok("off");
     if wanted && order.exists() && rustc_links_with_lld() {

@@ -4,10 +4,12 @@ functions of BINARY's .text that lie on a touched page, for lld's
 --symbol-ordering-file. Those on POLLED pages (what an idle shim runs when
 polled) come first, then those on START pages (a pod's start: what a pod
 holds until its first trim), then the rest of ALL, each group in the first
-binary's own order. Given the same program in other layouts (an unordered
-link), a function counts only if it lies on a touched page in every layout:
-a page holds many functions, and those that merely share one with run code
-seldom share one again in another layout."""
+binary's own order. Given the same program in other layouts, a function
+counts only if it lies on a touched page in every layout: a page holds many
+functions, and one that merely shares a page with run code in one layout
+does not share it in a layout where each function starts its own page
+(`make link-order`'s aligned build; C functions from archives are not
+aligned, and still seldom share a page again in another layout)."""
 import re
 import subprocess
 import sys

@@ -11,11 +11,12 @@
 # 64 kB fault-around maps hot code instead of its neighbours.
 # Stale entries only cost locality: lld skips names it does not find.
 #
-# `profile.sh BIN_DIR [BIN_DIR ...]`: the same binaries in other layouts
-# (`make link-order` adds an unordered link) are driven the same way, and a
-# function counts only if it sits on a touched page in every layout
-# (order.py): a page touched also holds its neighbours, which would join the
-# order and grow it at each re-profile.
+# `profile.sh BIN_DIR [BIN_DIR ...]`: the same binaries in other layouts are
+# driven the same way, and a function counts only if it sits on a touched
+# page in every layout (order.py). `make link-order` adds a build whose every
+# Rust function starts a page of its own: a page touched there is one
+# function that ran, where in a packed layout it also holds its neighbours,
+# which would join the order and grow it at each re-profile.
 set -eu
 cd "$(dirname "$0")"
 BIN_DIRS=()
