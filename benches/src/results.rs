@@ -287,6 +287,9 @@ pub struct PoolLevel {
     /// CPU time of the cgroup step (the work, without waiting for a CPU).
     pub cgroup_cpu_ms: Vec<f64>,
     pub cgroup_cpu: Option<Summary>,
+    /// Wall time of the cgroup step itself (`extra.cgroup_made`: the claim
+    /// or the mkdirs, beside the sandbox's launch), per Create that has it.
+    pub cgroup_made_ms: Vec<f64>,
     pub place_ms: Vec<f64>,
     pub create_ms: Vec<f64>,
     pub place: Option<Summary>,

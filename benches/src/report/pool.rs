@@ -51,6 +51,12 @@ pub fn render(study: &PoolStudy) -> String {
         };
         let sum = |l: &PoolLevel| per_run(&l.cgroup_ms, l.runs);
         let cpu_sum = |l: &PoolLevel| per_run(&l.cgroup_cpu_ms, l.runs);
+        // Only when every Create recorded it: a partial sum would read low.
+        let made_sum = |l: &PoolLevel| {
+            (l.cgroup_made_ms.len() == l.cgroup_ms.len())
+                .then(|| per_run(&l.cgroup_made_ms, l.runs))
+                .flatten()
+        };
         let get = |f: fn(&PoolLevel) -> Option<&Summary>, g: fn(&Summary) -> f64| {
             (f(on).map(g), f(off).map(g))
         };
@@ -79,6 +85,14 @@ pub fn render(study: &PoolStudy) -> String {
                 (sum(on), sum(off)),
                 1,
                 String::new(),
+            ),
+            (
+                "cgroup step's own wall time, sum over a run (ms)",
+                (made_sum(on), made_sum(off)),
+                1,
+                "the claim or mkdirs themselves, beside the sandbox's launch \
+                 (`cgroup_made`); the phase above is what a Create waited for"
+                    .into(),
             ),
             (
                 "cgroup phase CPU time median (ms)",
@@ -191,6 +205,26 @@ mod tests {
         assert!(row.contains("| 0.10× | 90% |"), "{row}");
         let row = out.lines().find(|l| l.contains("place phase")).unwrap();
         assert!(row.contains("| — | — | — | — |"), "{row}");
+    }
+
+    #[test]
+    fn the_steps_own_time_is_summed_per_run_only_when_every_create_has_it() {
+        let mut on = lvl("on", 50, &[0.1, 0.1, 0.1, 0.1]);
+        on.runs = 2;
+        on.cgroup_made_ms = vec![1.0, 2.0, 3.0, 4.0];
+        let mut off = lvl("off", 50, &[1.0, 1.0, 1.0, 1.0]);
+        off.runs = 2;
+        // One Create of the four lacks the figure: no sum, not a low one.
+        off.cgroup_made_ms = vec![10.0, 10.0, 10.0];
+        let study = PoolStudy {
+            supported: true,
+            parent: "/bench".into(),
+            levels: vec![on, off],
+            ..Default::default()
+        };
+        let out = render(&study);
+        let row = out.lines().find(|l| l.contains("own wall time")).unwrap();
+        assert!(row.contains("| 5.0 | — | — | — |"), "{row}");
     }
 
     #[test]

@@ -15,6 +15,8 @@ pub fn reset(path: &Path) {
 pub struct Record {
     pub cgroup: f64,
     pub cgroup_cpu: f64,
+    /// The step's own wall time; absent from a shim that does not record it.
+    pub cgroup_made: Option<f64>,
     pub place: f64,
     pub total: f64,
 }
@@ -28,6 +30,7 @@ pub fn parse(text: &str) -> Vec<Record> {
             Some(Record {
                 cgroup: p["cgroup"].as_f64()?,
                 cgroup_cpu: v["extra"]["cgroup_cpu"].as_f64()?,
+                cgroup_made: v["extra"]["cgroup_made"].as_f64(),
                 place: p["place"].as_f64()?,
                 total: v["total"].as_f64()?,
             })
@@ -41,6 +44,7 @@ pub fn append(level: &mut PoolLevel, path: &Path) {
     for r in &recs {
         level.cgroup_ms.push(r.cgroup);
         level.cgroup_cpu_ms.push(r.cgroup_cpu);
+        level.cgroup_made_ms.extend(r.cgroup_made);
         level.place_ms.push(r.place);
         level.create_ms.push(r.total);
     }
@@ -58,7 +62,7 @@ mod tests {
     fn records_without_a_cgroup_phase_or_torn_lines_are_skipped() {
         let text = concat!(
             r#"{"id":"a","phases":{"sandbox":3.0,"cgroup":0.5,"place":0.1},"#,
-            r#""extra":{"cgroup_cpu":0.2},"total":9.0}"#,
+            r#""extra":{"cgroup_cpu":0.2,"cgroup_made":1.5},"total":9.0}"#,
             "\n",
             r#"{"id":"b","phases":{"sandbox":3.0},"extra":{},"total":4.0}"#,
             "\n",
@@ -67,6 +71,7 @@ mod tests {
         let want = Record {
             cgroup: 0.5,
             cgroup_cpu: 0.2,
+            cgroup_made: Some(1.5),
             place: 0.1,
             total: 9.0,
         };
