@@ -33,8 +33,10 @@ build: deps
 # and rund_install's static-pie tests (RUND_REQUIRE_BINS=1) and
 # test-linkorder fail on a dynamic one.
 HOST_TRIPLE := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
-STATIC_ENV = RUSTFLAGS="-C target-feature=+crt-static" LIBSECCOMP_LINK_TYPE=static \
+SECCOMP_ENV = LIBSECCOMP_LINK_TYPE=static \
 	LIBSECCOMP_LIB_PATH="$$(dirname "$$($${CC:-cc} -print-file-name=libseccomp.a)")"
+STATIC_RUSTFLAGS = -C target-feature=+crt-static
+STATIC_ENV = RUSTFLAGS="$(STATIC_RUSTFLAGS)" $(SECCOMP_ENV)
 STATIC_BINS := rund-agent containerd-shim-rund-v2
 # $(1): debug or release; $(2): more environment.
 define static_bins
@@ -158,8 +160,8 @@ test-linkorder: release
 # names the one function that ran, not its neighbours. A function is kept if
 # its page was read in both layouts.
 LINK_ORDER_BINS := containerd-shim-rund-v2 rund-agent rund
-ALIGNED_ENV = $(STATIC_ENV) CARGO_TARGET_DIR=$(TARGET_DIR)/linkorder-aligned \
-	RUSTFLAGS="-C target-feature=+crt-static -C llvm-args=-align-all-functions=12"
+ALIGNED_ENV = RUSTFLAGS="$(STATIC_RUSTFLAGS) -C llvm-args=-align-all-functions=12" \
+	$(SECCOMP_ENV) CARGO_TARGET_DIR=$(TARGET_DIR)/linkorder-aligned
 link-order: release
 	rm -rf $(TARGET_DIR)/linkorder && mkdir -p $(TARGET_DIR)/linkorder/ordered $(TARGET_DIR)/linkorder/aligned
 	for b in $(LINK_ORDER_BINS); do cp $(TARGET_DIR)/release/$$b $(TARGET_DIR)/linkorder/ordered/; done
