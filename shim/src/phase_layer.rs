@@ -9,6 +9,8 @@
 //! - a span with `measure = "wall"` or `"cpu"` under the root: its wall
 //!   time, or the CPU time of the threads that entered it, as an extra
 //!   figure beside the sequence.
+//! - `phase_extra!("name", duration)`: an extra figure measured outside
+//!   the Create (work begun before it, a head start's), carried in.
 //! - `record = path`: appends the line to `path`.
 
 use std::fmt::Debug;
@@ -44,6 +46,14 @@ macro_rules! create_span {
 macro_rules! phase {
     ($name:literal) => {
         tracing::trace!(target: "rund::phase", mark = $name)
+    };
+}
+
+/// Adds the extra figure `$name` (a `Duration`) to the current Create.
+#[macro_export]
+macro_rules! phase_extra {
+    ($name:literal, $d:expr) => {
+        tracing::trace!(target: "rund::phase", extra = $name, ms = $d.as_secs_f64() * 1e3)
     };
 }
 
@@ -96,9 +106,17 @@ struct Fields {
     mark: Option<String>,
     record: Option<String>,
     measure: Option<String>,
+    extra: Option<String>,
+    ms: Option<f64>,
 }
 
 impl Visit for Fields {
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        if field.name() == "ms" {
+            self.ms = Some(value);
+        }
+    }
+
     fn record_str(&mut self, field: &Field, value: &str) {
         self.set(field, value.to_string());
     }
@@ -115,6 +133,7 @@ impl Fields {
             "mark" => self.mark = Some(v),
             "record" => self.record = Some(v),
             "measure" => self.measure = Some(v),
+            "extra" => self.extra = Some(v),
             _ => {}
         }
     }
@@ -199,6 +218,10 @@ where
                 t.done.push((name, now - t.last));
                 t.last = now;
             }
+            if let (Some(name), Some(ms)) = (f.extra.take(), f.ms) {
+                let d = Duration::from_secs_f64(ms.max(0.0) / 1e3);
+                t.extra.push((name, d));
+            }
             line = f.record.take().map(|path| (path, t.json_line()));
             break;
         }
@@ -243,7 +266,8 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-fn thread_cpu() -> Duration {
+/// CPU time of the calling thread so far.
+pub fn thread_cpu() -> Duration {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
         .map(Duration::from)
         .unwrap_or_default()

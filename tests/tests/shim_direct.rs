@@ -391,27 +391,10 @@ async fn delete_action_after_a_shim_crash_cleans_up() {
     let agents = rund_tests::shim::residue::agents_of(d.shim.pid);
     assert_eq!(agents.len(), 1, "one sandbox agent: {agents:?}");
     // The shim dies without tearing anything down, as on an OOM kill.
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(d.shim.pid as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    assert!(d
-        .shim
-        .wait_exit(rund_tests::shim::HANG_GUARD)
-        .await
-        .is_some());
+    d.shim.crash().await;
     let out = run_action(&bins, &d.bundle, "delete").unwrap();
     assert_eq!(out.code(), 0, "{}", out.stderr);
-    let alive = |pid: u32| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-            !s.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        })
-    };
+    let alive = rund_tests::shim::running;
     let deadline = std::time::Instant::now() + SETTLE;
     while agents.iter().any(|&a| alive(a)) && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(50));

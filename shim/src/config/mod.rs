@@ -73,7 +73,8 @@ pub struct SandboxConfig {
     pub warm: usize,
     /// Per-pod mode: a new shim launches its pod's agent as it starts, in
     /// the warm template, while containerd is still on its way to Create;
-    /// the pod claims it if it fits (no user namespace, no hostPID).
+    /// the pod claims it if it fits (no user namespace, no hostPID). It
+    /// begins the cgroup of the pod's first container too (every pod).
     pub head_start: bool,
     /// Where the node's agent-root template is pinned (made by the first
     /// launch that needs it; see `rund-agent`'s `sandbox::template`). An

@@ -25,6 +25,10 @@ const TASK_V3: &str = "containerd.task.v3.Task";
 /// (`sandbox::head_start`).
 pub static HEAD_START: std::sync::Mutex<Option<crate::sandbox::head_start::Plan>> =
     std::sync::Mutex::new(None);
+/// Set by `start` in the server it forks for a pod's first container: the
+/// server begins that container's cgroup as it starts (`task::early_cgroup::head`).
+pub static CGROUP_HEAD_START: std::sync::Mutex<Option<crate::task::CgroupHeadPlan>> =
+    std::sync::Mutex::new(None);
 /// The config `start` read before it forked this server, from the same file
 /// the server would read (`config::ENV_PATH`, else the default path).
 static FORKED_CONFIG: std::sync::Mutex<Option<RundConfig>> = std::sync::Mutex::new(None);
@@ -110,6 +114,13 @@ async fn serve(
     if let Some(early) = early {
         crate::task::begin_head_start(&service, early);
     }
+    let cgroup_head = CGROUP_HEAD_START
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    if let Some(plan) = cgroup_head {
+        crate::task::begin_cgroup_head_start(&service, plan);
+    }
     let pod = open_pod(&flags.socket, service.clone()).await?;
     signal_started();
     let started_as = std::env::var(super::start::STARTED_AS_ENV).unwrap_or_default();
@@ -131,6 +142,9 @@ async fn serve(
         }
     });
     exit.wait().await;
+    if let Some(removed) = crate::task::discard_cgroup_head_start(&service) {
+        let _ = removed.await;
+    }
     pod.unlink();
     pod.close(&service).await;
     Ok(())

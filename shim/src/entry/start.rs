@@ -55,10 +55,17 @@ pub fn run(flags: &Flags) -> Result<(), EntryError> {
                 }
                 _ => None,
             };
+            let cgroup_head = match (&config, &spec) {
+                (Ok(c), Some(spec)) if c.sandbox.head_start => {
+                    crate::task::cgroup_head_plan(spec, &flags.id)
+                }
+                _ => None,
+            };
             let server = Server {
                 started_as: reply.name(),
                 config_path,
                 head_start,
+                cgroup_head,
                 config: config.ok(),
             };
             start_pod_server(flags, &address, server)?;
@@ -78,6 +85,8 @@ struct Server {
     config_path: Option<String>,
     /// Launch the pod's agent at once ([`super::serve::HEAD_START`]).
     head_start: Option<crate::sandbox::head_start::Plan>,
+    /// Make the pod's cgroup at once (`task::early_cgroup::head`).
+    cgroup_head: Option<crate::task::CgroupHeadPlan>,
     /// The config `start` read: the forked server need not read it again.
     config: Option<RundConfig>,
 }
@@ -100,6 +109,9 @@ fn start_pod_server(flags: &Flags, address: &str, told: Server) -> Result<(), En
         *super::serve::HEAD_START
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = told.head_start;
+        *super::serve::CGROUP_HEAD_START
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = told.cgroup_head;
         super::serve::hand_config(told.config);
         super::main_server(server)
     })?;

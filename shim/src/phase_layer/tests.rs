@@ -66,6 +66,27 @@ fn a_create_becomes_one_line_with_its_steps_and_extras() {
 }
 
 #[test]
+fn a_figure_measured_before_the_create_is_carried_in_as_an_extra() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("phases.jsonl");
+    with_layer(true, || {
+        // Outside any Create: lands nowhere.
+        crate::phase_extra!("cgroup_lead", Duration::from_millis(9));
+        let root = crate::create_span!("c1");
+        let _g = root.enter();
+        crate::phase_extra!("cgroup_lead", Duration::from_micros(2500));
+        crate::phase!("cgroup");
+        tracing::trace!(target: "rund::phase", record = %path.display());
+    });
+    let v = lines(&path);
+    assert_eq!(v.len(), 1, "{v:?}");
+    let lead = v[0]["extra"]["cgroup_lead"].as_f64().unwrap();
+    assert!((lead - 2.5).abs() < 1e-9, "{}", v[0]);
+    // An extra is no step of the sequence.
+    assert_eq!(v[0]["phases"].as_object().unwrap().len(), 1, "{}", v[0]);
+}
+
+#[test]
 fn inactive_records_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("phases.jsonl");

@@ -38,6 +38,19 @@ pub async fn create_with(
     req: CreateTaskRequest,
     publish: bool,
 ) -> Result<CreateTaskResponse> {
+    let r = create_once(svc, req, publish).await;
+    // A per-pod shim's cgroup head start serves its first Create or none.
+    if let Some(removed) = early_cgroup::head::discard(svc) {
+        let _ = removed.await;
+    }
+    r
+}
+
+async fn create_once(
+    svc: &Arc<Service>,
+    req: CreateTaskRequest,
+    publish: bool,
+) -> Result<CreateTaskResponse> {
     if req.id.is_empty() {
         return Err(TaskError::EmptyId { what: "container" }.into());
     }

@@ -3,6 +3,10 @@
 mod create;
 mod devices;
 mod early_cgroup;
+pub use early_cgroup::head::{
+    begin as begin_cgroup_head_start, discard as discard_cgroup_head_start,
+    plan as cgroup_head_plan, Plan as CgroupHeadPlan,
+};
 mod error;
 pub use error::TaskError;
 pub mod events;
@@ -55,6 +59,9 @@ pub struct Service {
     pub(crate) warm: std::sync::OnceLock<Arc<crate::sandbox::warm::WarmPool>>,
     /// Per-pod mode: the agent launched as this shim started (`pod::begin_head_start`).
     pub(crate) head_start: std::sync::OnceLock<crate::sandbox::head_start::HeadStart>,
+    /// Per-pod mode: the pod's cgroup, begun as this shim started
+    /// (`early_cgroup::head`).
+    pub(crate) cgroup_head: std::sync::Mutex<Option<early_cgroup::head::Head>>,
     /// Per-node mode: the pod's record and its keeper.
     pub node: std::sync::OnceLock<snapshot::NodeLink>,
     /// The config path the first container's options named.
@@ -80,6 +87,7 @@ impl Service {
             debug,
             warm: std::sync::OnceLock::new(),
             head_start: std::sync::OnceLock::new(),
+            cgroup_head: Default::default(),
             node: std::sync::OnceLock::new(),
             config_in_force: Default::default(),
         }
@@ -92,7 +100,12 @@ impl Service {
     /// Switches to the config named by the first container's runtime options.
     pub(crate) fn use_config(&self, config: RundConfig) {
         crate::phase_layer::set_active(config.trace.phases_file.is_some());
-        *self.config.write().expect("config lock") = Arc::new(config);
+        let mut slot = self.config.write().expect("config lock");
+        if slot.cgroup != config.cgroup {
+            // The cgroups found with the old `[cgroup]` (a head start's) are not this config's.
+            *self.cgroups.lock().expect("cgroups lock") = None;
+        }
+        *slot = Arc::new(config);
     }
 
     pub(crate) fn config_in_force(&self) -> Option<std::path::PathBuf> {

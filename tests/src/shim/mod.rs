@@ -33,7 +33,9 @@ pub use error::{Result, ShimHarnessError};
 pub use events::{topics, FakeEvents, Recorded, TaskEvent};
 pub use flow::EVENT_GUARD;
 pub use residue::{residue, settle, Residue};
-pub use server::{ctx, run_action, run_action_env, ActionOutput, Ended, ShimServer, HANG_GUARD};
+pub use server::{
+    ctx, run_action, run_action_env, running, ActionOutput, Ended, ShimServer, HANG_GUARD,
+};
 
 use crate::bins::RundBins;
 
@@ -60,6 +62,22 @@ impl Direct {
     pub async fn start_with(bins: &RundBins, bundle: Bundle, extra_config: &str) -> Result<Direct> {
         let events = FakeEvents::start(&bundle.scratch().join("events.sock")).await?;
         let shim = ShimServer::start_with(bins, &bundle, &events, extra_config).await?;
+        Ok(Direct {
+            shim,
+            events,
+            bundle,
+        })
+    }
+
+    /// Like [`Direct::start_with`], through the `start` action as containerd runs the shim:
+    /// the server is `start`'s fork, with the head starts `start` gives it.
+    pub async fn start_forked(
+        bins: &RundBins,
+        bundle: Bundle,
+        extra_config: &str,
+    ) -> Result<Direct> {
+        let events = FakeEvents::start(&bundle.scratch().join("events.sock")).await?;
+        let shim = ShimServer::start_forked(bins, &bundle, &events, extra_config).await?;
         Ok(Direct {
             shim,
             events,

@@ -30,8 +30,10 @@ pub fn ctx() -> Context {
 
 /// A running shim server that this harness started.
 pub struct ShimServer {
-    child: Child,
-    /// The shim's pid (the server process itself: no `start` double-fork).
+    /// The server as a child of this process; `None` when `start` forked it (it is known by
+    /// its pid, and whoever adopted it reaps it).
+    child: Option<Child>,
+    /// The shim's pid (the server process itself).
     pub pid: u32,
     /// The shim's unix socket path.
     pub socket: PathBuf,
@@ -114,11 +116,64 @@ impl ShimServer {
             Err(e) => return Err(fail(child, format!("connect {addr}: {e}"))),
         };
         Ok(ShimServer {
-            child,
+            child: Some(child),
             pid,
             socket,
             bundle: bundle.path.clone(),
             task: TaskClient::new(client),
+            stderr,
+        })
+    }
+
+    /// Runs the `start` action in `bundle`, as containerd does: it forks the server, which
+    /// then runs what `start` told it (the head starts), and prints the address. The server is
+    /// found by the pid Connect reports.
+    pub async fn start_forked(
+        bins: &RundBins,
+        bundle: &Bundle,
+        events: &FakeEvents,
+        extra_config: &str,
+    ) -> Result<Self> {
+        let config = super::state::process_config_with(extra_config)?;
+        let stderr = bundle.scratch().join("shim.stderr");
+        let config = config.display().to_string();
+        let events_addr = events.address().display().to_string();
+        let env = [
+            ("TTRPC_ADDRESS", events_addr.as_str()),
+            ("RUND_CONFIG", config.as_str()),
+        ];
+        let out = tokio::task::block_in_place(|| run_action_env(bins, bundle, "start", &env))?;
+        let printed = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let not_serving = |reason: String| ShimHarnessError::NotServing {
+            reason,
+            stderr: out.stderr.clone(),
+            log: bundle.log(),
+        };
+        if !out.status.success() {
+            return Err(not_serving(format!("start exited ({})", out.status)));
+        }
+        let addr = printed;
+        let socket = PathBuf::from(addr.trim_start_matches("unix://"));
+        let client = Client::connect(&addr)
+            .await
+            .map_err(|e| not_serving(format!("connect {addr}: {e}")))?;
+        let task = TaskClient::new(client);
+        let req = containerd_shim_protos::api::ConnectRequest {
+            id: bundle.id.clone(),
+            ..Default::default()
+        };
+        let pid = task
+            .connect(ctx(), &req)
+            .await
+            .map_err(|e| not_serving(format!("Connect: {e}")))?
+            .shim_pid;
+        std::fs::write(&stderr, &out.stderr).io("write shim stderr", &stderr)?;
+        Ok(ShimServer {
+            child: None,
+            pid,
+            socket,
+            bundle: bundle.path.clone(),
+            task,
             stderr,
         })
     }
@@ -130,14 +185,26 @@ impl ShimServer {
 
     /// Whether the server process is still running (it is reaped if it exited).
     pub fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
+        match &mut self.child {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => running(self.pid),
+        }
+    }
+
+    /// Reaps the server if it is this process's child and has exited.
+    fn exited(&mut self) -> Option<ExitStatus> {
+        match &mut self.child {
+            Some(c) => c.try_wait().ok().flatten(),
+            // Not ours to reap: "exited" with no status we can read.
+            None => (!running(self.pid)).then(|| ExitStatus::from_raw(0)),
+        }
     }
 
     /// Waits up to `limit` for the server to exit by itself.
     pub async fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
         let deadline = Instant::now() + limit;
         loop {
-            if let Ok(Some(st)) = self.child.try_wait() {
+            if let Some(st) = self.exited() {
                 return Some(st);
             }
             if Instant::now() >= deadline {
@@ -145,6 +212,17 @@ impl ShimServer {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// SIGKILLs the server alone (its agents live on), as an OOM kill would, and waits until
+    /// it is gone.
+    pub async fn crash(&mut self) {
+        kill(Pid::from_raw(self.pid as i32), Signal::SIGKILL).expect("SIGKILL the shim");
+        assert!(
+            self.wait_exit(HANG_GUARD).await.is_some(),
+            "the shim {} outlived SIGKILL",
+            self.pid
+        );
     }
 
     /// Sends Shutdown and waits for the server to exit; kills it (and its agents) if it does
@@ -163,7 +241,7 @@ impl ShimServer {
             Some(s) => Some(s),
             None => {
                 self.kill();
-                self.child.try_wait().ok().flatten()
+                self.exited()
             }
         };
         Ended { status, by_itself }
@@ -181,8 +259,21 @@ impl ShimServer {
         for a in agents {
             let _ = kill(Pid::from_raw(a as i32), Signal::SIGKILL);
         }
-        let _ = self.child.wait();
+        if let Some(c) = &mut self.child {
+            let _ = c.wait();
+        }
     }
+}
+
+/// Whether `pid` runs (a zombie does not).
+pub fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
 }
 
 impl Drop for ShimServer {
