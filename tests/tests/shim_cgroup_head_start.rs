@@ -38,6 +38,25 @@ async fn direct(
     Direct::start_forked(bins, bundle, config).await.unwrap()
 }
 
+/// [`direct`], once its head start has made the cgroup, limit and all, before any Create;
+/// with the cgroup's path.
+async fn early(
+    bins: &RundBins,
+    prefix: &str,
+    edit: impl FnOnce(&mut Value),
+    config: &str,
+) -> (Direct, String) {
+    let d = direct(bins, prefix, edit, config).await;
+    let path = d.bundle.cgroups_path.clone();
+    assert_eq!(
+        await_limit(&path, LIMIT),
+        Some(LIMIT),
+        "{}",
+        d.diagnostics()
+    );
+    (d, path)
+}
+
 /// `[trace] phases_file` in a dir of its own.
 fn phases() -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
@@ -83,15 +102,20 @@ fn limit_of(path: &str) -> Option<u64> {
     cgroup_dirs_for(path).iter().find_map(|d| memory_limit(d))
 }
 
-/// Kills, waits for and deletes the container, shuts the shim down, and checks nothing of
-/// the cgroup at `path` remains.
+/// Kills, waits for and deletes the container, then [`shut_down_clean`].
 async fn end(d: Direct, path: &str) {
     d.kill_process("", 9).await.unwrap();
     assert_eq!(d.wait_process("").await.unwrap().exit_status, 137);
     d.delete_process("").await.unwrap();
+    shut_down_clean(d, path).await;
+}
+
+/// Shutdown: the shim exits by itself, and nothing of the cgroup at `path` (nor a mount or an
+/// agent) remains.
+async fn shut_down_clean(d: Direct, path: &str) {
     let (pid, bundle) = (d.shim.pid, d.bundle.path.clone());
     let ended = d.finish().await;
-    assert!(ended.by_itself, "{ended:?}");
+    assert!(ended.by_itself, "an idle shim exits on Shutdown: {ended:?}");
     let r = settle(pid, &bundle, path, SETTLE);
     assert!(r.is_empty(), "{r}");
 }
@@ -102,15 +126,8 @@ async fn the_pods_cgroup_is_made_before_create_and_create_takes_it() {
         return;
     };
     let (dir, config) = phases();
-    let d = direct(&bins, "cghead", |_| {}, &config).await;
-    let path = d.bundle.cgroups_path.clone();
     // No Create has been sent: the cgroup, limit and all, is the head start's.
-    assert_eq!(
-        await_limit(&path, LIMIT),
-        Some(LIMIT),
-        "{}",
-        d.diagnostics()
-    );
+    let (d, path) = early(&bins, "cghead", |_| {}, &config).await;
     let dirs = cgroup_dirs_for(&path);
     let created = d
         .create()
@@ -148,18 +165,11 @@ async fn a_create_that_wants_another_cgroup_gets_it_and_the_early_one_goes() {
     for other_path in [true, false] {
         eprintln!("case: another path: {other_path}");
         let (dir, config) = phases();
-        let d = direct(&bins, "cgother", |_| {}, &config).await;
-        let early = d.bundle.cgroups_path.clone();
-        assert_eq!(
-            await_limit(&early, LIMIT),
-            Some(LIMIT),
-            "{}",
-            d.diagnostics()
-        );
+        let (d, made) = early(&bins, "cgother", |_| {}, &config).await;
         let wanted = if other_path {
-            format!("{early}-b")
+            format!("{made}-b")
         } else {
-            early.clone()
+            made.clone()
         };
         let mut spec: Value = serde_json::from_str(
             &std::fs::read_to_string(d.bundle.path.join("config.json")).unwrap(),
@@ -173,7 +183,7 @@ async fn a_create_that_wants_another_cgroup_gets_it_and_the_early_one_goes() {
             .unwrap_or_else(|e| panic!("{e:?}\n{}", d.diagnostics()));
         assert_eq!(limit_of(&wanted), Some(2 * LIMIT), "{}", d.diagnostics());
         if other_path {
-            let r = settle(0, Path::new("/nonexistent"), &early, SETTLE);
+            let r = settle(0, Path::new("/nonexistent"), &made, SETTLE);
             assert!(r.cgroups.is_empty(), "the early cgroup stayed: {r}");
         }
         let x = extras(&dir, &d.bundle.id);
@@ -188,39 +198,68 @@ async fn a_shim_shut_down_before_any_create_leaves_no_cgroup() {
     let Some(bins) = setup("a_shim_shut_down_before_any_create") else {
         return;
     };
-    let d = direct(&bins, "cgnone", |_| {}, "").await;
-    let path = d.bundle.cgroups_path.clone();
-    assert_eq!(
-        await_limit(&path, LIMIT),
-        Some(LIMIT),
-        "{}",
-        d.diagnostics()
-    );
-    let (pid, bundle) = (d.shim.pid, d.bundle.path.clone());
-    let ended = d.finish().await;
-    assert!(ended.by_itself, "an idle shim exits on Shutdown: {ended:?}");
-    let r = settle(pid, &bundle, &path, SETTLE);
-    assert!(r.is_empty(), "{r}");
+    let (d, path) = early(&bins, "cgnone", |_| {}, "").await;
+    shut_down_clean(d, &path).await;
 }
 
+/// The pool's state dir for the direct tests' cgroup parent, if the pool keeps one (v1).
+fn pool_state_dir() -> Option<std::path::PathBuf> {
+    let state = format!(
+        "{}/state-{}/cgroup-pool",
+        rund_tests::shim::DIRECT_BASE,
+        std::process::id()
+    );
+    let want = rund_tests::shim::cgroup_parent();
+    std::fs::read_dir(state).ok()?.flatten().find_map(|e| {
+        let meta = std::fs::read_to_string(e.path().join("meta.json")).ok()?;
+        let rel = serde_json::from_str::<Value>(&meta).ok()?["rel"]
+            .as_str()?
+            .to_string();
+        (format!("/{rel}") == want).then(|| e.path())
+    })
+}
+
+/// A shim killed before any Create: `delete` removes the cgroup its head start made. On v1,
+/// where the pool keeps state for the parent, a second `delete` (the cgroup gone now, as when
+/// the shim died before its claim ended) removes a temp file a writer killed mid-update of that
+/// state would leave (one made here, named for a pid that runs nowhere).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_after_a_crash_before_create_removes_the_early_cgroup() {
     let Some(bins) = setup("delete_after_a_crash_before_create") else {
         return;
     };
-    let mut d = direct(&bins, "cgcrash", |_| {}, "").await;
-    let path = d.bundle.cgroups_path.clone();
-    assert_eq!(
-        await_limit(&path, LIMIT),
-        Some(LIMIT),
-        "{}",
-        d.diagnostics()
-    );
+    let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    if !v2 {
+        // A long-lived parent: the pool keeps a state dir for it.
+        let config = rund_tests::shim::process_config().unwrap();
+        let parent = rund_tests::shim::cgroup_parent();
+        let out = std::process::Command::new(bins.path(rund_tests::bins::CLI_BIN))
+            .arg("--config")
+            .arg(config)
+            .args(["pool", "warm", &parent, "--slots", "1"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let (mut d, path) = early(&bins, "cgcrash", |_| {}, "").await;
     d.shim.crash().await;
     let out = run_action(&bins, &d.bundle, "delete").unwrap();
     assert_eq!(out.code(), 0, "{}", out.stderr);
     let r = settle(0, &d.bundle.path, &path, SETTLE);
     assert!(r.cgroups.is_empty(), "delete left the early cgroup: {r}");
+
+    let stale = pool_state_dir().map(|dir| dir.join("counters.json.tmp-7ffffffe-1-0"));
+    assert_eq!(stale.is_some(), !v2, "a pool state dir exactly on v1");
+    if let Some(f) = stale {
+        std::fs::write(&f, "{").unwrap();
+        let out = run_action(&bins, &d.bundle, "delete").unwrap();
+        assert_eq!(out.code(), 0, "{}", out.stderr);
+        assert!(!f.exists(), "delete left {}", f.display());
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -261,14 +300,7 @@ async fn a_refused_create_leaves_no_early_cgroup() {
                 s["annotations"] = json!({ "rund.io/grace-period-seconds": "soon" });
             }
         };
-        let d = direct(&bins, "cgbad", bad, "").await;
-        let path = d.bundle.cgroups_path.clone();
-        assert_eq!(
-            await_limit(&path, LIMIT),
-            Some(LIMIT),
-            "{}",
-            d.diagnostics()
-        );
+        let (d, path) = early(&bins, "cgbad", bad, "").await;
         if malformed {
             d.bundle.write_config_raw("{not json").unwrap();
         }
@@ -287,10 +319,6 @@ async fn a_refused_create_leaves_no_early_cgroup() {
         assert!(msg.contains(says), "{msg}");
         // At once: the Create answered after the removal.
         assert!(cgroup_dirs_for(&path).is_empty(), "after {msg}");
-        let (pid, bundle) = (d.shim.pid, d.bundle.path.clone());
-        let ended = d.finish().await;
-        assert!(ended.by_itself, "{ended:?}");
-        let r = settle(pid, &bundle, &path, SETTLE);
-        assert!(r.is_empty(), "{r}");
+        shut_down_clean(d, &path).await;
     }
 }

@@ -172,6 +172,16 @@ impl Cgroups {
         Ok(self.manager(path, dirs, false, false))
     }
 
+    /// After a shim crash (`shim delete`): the temp files a killed writer
+    /// left in the pool's state for this path's parent are removed. A shim
+    /// may be killed while it writes that state at any point of a Create,
+    /// its cgroup head start included.
+    pub fn sweep_crash_leftovers(&self, cgroups_path: &str) {
+        if let Ok(path) = CgroupPath::parse(cgroups_path) {
+            self.pool.sweep_stale(&path.parent());
+        }
+    }
+
     /// `rund pool status`.
     pub fn pool_status(&self) -> Result<Vec<PoolStatus>> {
         self.pool.status()

@@ -58,7 +58,10 @@ pub fn run(flags: &Flags) -> Result<(), EntryError> {
 }
 
 /// After a shim crash the container's cgroup outlives it: empty it and give
-/// it back (recycled into the pool, or removed). Best effort, idempotent.
+/// it back (recycled into the pool, or removed), and drop the temp files the
+/// shim may have left mid-write in the pool's state for its parent (it may
+/// die at any point of a Create, its cgroup head start included). Best
+/// effort, idempotent.
 fn remove_cgroup(bundle: &Path, id: &str, config: &RundConfig) {
     let Ok(spec) = crate::spec::load(bundle) else {
         return;
@@ -72,6 +75,7 @@ fn remove_cgroup(bundle: &Path, id: &str, config: &RundConfig) {
         std::sync::Arc::new(rund_cgroup::fs::RealFs),
         config.cgroup.clone(),
     );
+    cgroups.sweep_crash_leftovers(&path);
     let Ok(mgr) = cgroups.load(&path) else { return };
     let _ = mgr.kill_all(nix::sys::signal::Signal::SIGKILL);
     if let Err(e) = mgr.destroy() {

@@ -28,7 +28,9 @@ pub const USERNS_OFF: &str = "[userns]\nmode = \"requested\"\n";
 /// Config that remaps every sandbox.
 pub const USERNS_ALWAYS: &str = "[userns]\nmode = \"always\"\n";
 
-pub use bundle::{cgroup_parent, default_spec, exec_process, unique_id, Bundle, NAMESPACE};
+pub use bundle::{
+    cgroup_parent, default_spec, exec_process, unique_id, Bundle, DIRECT_BASE, NAMESPACE,
+};
 pub use error::{Result, ShimHarnessError};
 pub use events::{topics, FakeEvents, Recorded, TaskEvent};
 pub use flow::EVENT_GUARD;
@@ -36,6 +38,7 @@ pub use residue::{residue, settle, Residue};
 pub use server::{
     ctx, run_action, run_action_env, running, ActionOutput, Ended, ShimServer, HANG_GUARD,
 };
+pub use state::process_config;
 
 use crate::bins::RundBins;
 

@@ -159,6 +159,11 @@ impl Pool {
         ParentState::open(&self.cfg.state_dir, &self.leader_dir(parent), parent)
     }
 
+    /// What a killed writer left in `parent`'s pool state (its temp files).
+    pub(crate) fn sweep_stale(&self, parent: &Path) {
+        ParentState::sweep_stale_at(&self.cfg.state_dir, &self.leader_dir(parent));
+    }
+
     /// Whether `parent` gets shared slots: configured, or warmed and still
     /// there.
     pub fn is_long_lived(&self, parent: &Path) -> bool {

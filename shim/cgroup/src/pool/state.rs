@@ -72,6 +72,12 @@ impl ParentState {
             .then_some(ParentState { dir })
     }
 
+    /// Removes the temp files dead writers left in the state dir of
+    /// `leader_parent`, if it has one (never creates it).
+    pub fn sweep_stale_at(state_dir: &Path, leader_parent: &Path) {
+        sweep_stale_tmp(&state_dir.join(Self::key(leader_parent)));
+    }
+
     fn key(leader_parent: &Path) -> String {
         let mut key = escape_key(&leader_parent.to_string_lossy());
         if key.len() > 200 {
@@ -192,6 +198,22 @@ fn tmp_name(path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_parents_state_is_swept_by_its_leader_dir_and_never_made() {
+        let d = tempfile::tempdir().unwrap();
+        let leader = Path::new("/sys/fs/cgroup/blkio/k8s.io");
+        let dir = d.path().join(ParentState::key(leader));
+        std::fs::create_dir(&dir).unwrap();
+        // Killed before its first meta.json was renamed into place.
+        let dead = dir.join("meta.json.tmp-7ffffffe-1-0");
+        std::fs::write(&dead, "x").unwrap();
+        ParentState::sweep_stale_at(d.path(), leader);
+        assert!(!dead.exists(), "a dead writer's temp file goes");
+        let other = Path::new("/sys/fs/cgroup/blkio/other");
+        ParentState::sweep_stale_at(d.path(), other);
+        assert!(!d.path().join(ParentState::key(other)).exists());
+    }
 
     #[test]
     fn temp_files_of_dead_writers_are_swept() {
