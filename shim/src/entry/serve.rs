@@ -114,6 +114,8 @@ async fn serve(
     if let Some(early) = early {
         crate::task::begin_head_start(&service, early);
     }
+    let pod = open_pod(&flags.socket, service.clone()).await?;
+    // Once nothing can fail before the exit that removes an untaken one.
     let cgroup_head = CGROUP_HEAD_START
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -121,7 +123,6 @@ async fn serve(
     if let Some(plan) = cgroup_head {
         crate::task::begin_cgroup_head_start(&service, plan);
     }
-    let pod = open_pod(&flags.socket, service.clone()).await?;
     signal_started();
     let started_as = std::env::var(super::start::STARTED_AS_ENV).unwrap_or_default();
     // Routine lines are debug: containerd copies each line of the log FIFO
