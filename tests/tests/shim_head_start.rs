@@ -2,9 +2,9 @@
 //! shim launches its pod's agent as it starts, before containerd's Create arrives, and the pod
 //! claims it. `start` reads the pod's spec: an agent for a pod that wants a network namespace
 //! of its own makes it at launch, one for a pod that joins one joins it at the claim. A pod
-//! that would not fit the warm
-//! template (a user namespace) gets no head start, `head_start = false` turns it off, and a pod
-//! whose Create fails leaves no agent behind.
+//! that would not fit the warm template (a user namespace) gets an agent of its own launched
+//! ahead, which its Create takes; `head_start = false` turns it off, and a pod whose Create
+//! fails leaves no agent behind.
 //!
 //! Skipped (with a message) until rund's binaries are built; `RUND_REQUIRE_BINS=1` makes that
 //! a failure.
@@ -15,6 +15,8 @@ use rund_tests::{assert_no_leaks_within, Containerd, ContainerdOpts, LeakSnapsho
 const LAUNCHED: &str = "head start: launching the pod's agent";
 const OWN_NET: &str = "head start: launching the pod's agent, in a network namespace of its own";
 const NODE_NET: &str = "head start: launching the pod's agent, in the node's network namespace";
+const OWN: &str = "head start: launching the pod's agent, as its Create would";
+const TOOK: &str = "took the agent launched ahead";
 
 fn start(test: &str, config: &str) -> Option<Containerd> {
     let opts = ContainerdOpts {
@@ -142,11 +144,12 @@ fn a_pod_that_joins_a_network_namespace_claims_an_agent_without_one() {
     assert_no_leaks_within(&ctd, &before, GRACE);
 }
 
-/// A pod rund remaps starts cold: its shim launches nothing ahead.
+/// A pod rund remaps does not fit the warm template: its shim launches the pod's own agent
+/// ahead, in the pod's user namespace, and the Create takes it (no warm claim).
 #[test]
-fn a_userns_pod_gets_no_head_start() {
+fn a_userns_pod_gets_an_agent_of_its_own_ahead() {
     let Some(ctd) = start(
-        "a_userns_pod_gets_no_head_start",
+        "a_userns_pod_gets_an_agent_of_its_own_ahead",
         "[userns]\nmode = \"always\"\n",
     ) else {
         return;
@@ -160,7 +163,8 @@ fn a_userns_pod_gets_no_head_start() {
     let map: Vec<&str> = out.stdout.split_whitespace().collect();
     assert!(map.len() == 3 && map[1] != "0", "remapped: {out:?}");
     let text = log(&ctd);
-    assert!(!text.contains(LAUNCHED) && !claimed(&ctd, "hu"), "{text}");
+    assert!(text.contains(OWN) && !text.contains(OWN_NET), "{text}");
+    assert!(text.contains(TOOK) && !claimed(&ctd, "hu"), "{text}");
     assert_no_leaks_within(&ctd, &before, GRACE);
 }
 

@@ -20,10 +20,9 @@ use crate::task::Service;
 
 const TASK_V2: &str = "containerd.task.v2.Task";
 const TASK_V3: &str = "containerd.task.v3.Task";
-/// Set by `start` in the server it forks when the pod's spec fits the warm
-/// template: the server launches the pod's agent as it starts
-/// (`sandbox::head_start`).
-pub static HEAD_START: std::sync::Mutex<Option<crate::sandbox::head_start::Plan>> =
+/// Set by `start` in the server it forks for a pod's first container: the
+/// server launches the pod's agent as it starts (`sandbox::head_start`).
+pub static HEAD_START: std::sync::Mutex<Option<crate::task::HeadPlan>> =
     std::sync::Mutex::new(None);
 /// Set by `start` in the server it forks for a pod's first container: the
 /// server begins that container's cgroup as it starts (`task::early_cgroup::head`).
@@ -58,7 +57,7 @@ pub fn run(flags: Flags) -> Result<(), EntryError> {
         .take();
     // The head start's fork, exec and handshake run on a thread of their own
     // from here on, while this one builds the runtime and binds the socket.
-    let head_start = *HEAD_START.lock().unwrap_or_else(|e| e.into_inner());
+    let head_start = HEAD_START.lock().unwrap_or_else(|e| e.into_inner()).take();
     let early = match (head_start, &config) {
         (Some(plan), Some(config)) if !flags.socket.is_empty() => {
             crate::logging::open(Path::new("log"));
@@ -89,7 +88,7 @@ pub fn run(flags: Flags) -> Result<(), EntryError> {
 async fn serve(
     flags: Flags,
     config: Option<RundConfig>,
-    early: Option<crate::sandbox::head_start::Early>,
+    early: Option<crate::task::EarlyHead>,
 ) -> Result<(), EntryError> {
     if flags.socket.is_empty() {
         return Err(EntryError::NoSocket);
@@ -146,6 +145,7 @@ async fn serve(
     if let Some(removed) = crate::task::discard_cgroup_head_start(&service) {
         let _ = removed.await;
     }
+    crate::task::end_head_start(&service).await;
     pod.unlink();
     pod.close(&service).await;
     Ok(())

@@ -51,7 +51,7 @@ pub fn run(flags: &Flags) -> Result<(), EntryError> {
         } else {
             let head_start = match (&config, &spec) {
                 (Ok(c), Some(spec)) if c.sandbox.head_start => {
-                    crate::task::head_start_plan(spec, c)
+                    crate::task::head_start_plan(spec, c, &flags.id)
                 }
                 _ => None,
             };
@@ -84,7 +84,7 @@ struct Server {
     started_as: &'static str,
     config_path: Option<String>,
     /// Launch the pod's agent at once ([`super::serve::HEAD_START`]).
-    head_start: Option<crate::sandbox::head_start::Plan>,
+    head_start: Option<crate::task::HeadPlan>,
     /// Make the pod's cgroup at once (`task::early_cgroup::head`).
     cgroup_head: Option<crate::task::CgroupHeadPlan>,
     /// The config `start` read: the forked server need not read it again.

@@ -111,6 +111,16 @@ impl Sandbox {
         Self::serve(agent, about, userns_info)
     }
 
+    /// Serves an agent launched with this pod's own plan (a head start the
+    /// pod's Create took).
+    pub fn launched(
+        agent: Agent,
+        about: About,
+        userns_info: Option<UsernsInfo>,
+    ) -> Result<Arc<Sandbox>, SandboxError> {
+        Self::serve(agent, about, userns_info)
+    }
+
     /// Makes a warm agent this pod's sandbox (`ClaimSandbox`). On error the
     /// agent is killed: half-claimed, it belongs to no pod.
     pub async fn claim(

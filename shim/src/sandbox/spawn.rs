@@ -41,18 +41,26 @@ pub async fn spawn(plan: SpawnPlan) -> Result<Spawned, SandboxError> {
         .map_err(|e| SandboxError::Spawn(format!("spawn task: {e}")))?
 }
 
-/// A launch under way on a thread of its own ([`spawn_detached`]).
-pub type Detached = tokio::sync::oneshot::Receiver<Result<Spawned, SandboxError>>;
+/// A launch under way on a thread of its own ([`spawn_detached`]), with
+/// what it launched.
+pub type Detached = tokio::sync::oneshot::Receiver<Result<(Spawned, Launched), SandboxError>>;
 
 /// [`spawn`] on a thread of its own, for a caller that has no runtime yet
-/// (a per-pod server's head start, before its runtime is built).
-pub fn spawn_detached(plan: SpawnPlan) -> Detached {
+/// (a per-pod server's head start, before its runtime is built). `prepare`
+/// makes the plan on that thread too (it may lease ids or open namespaces).
+pub fn spawn_detached(
+    prepare: impl FnOnce() -> Result<SpawnPlan, SandboxError> + Send + 'static,
+) -> Detached {
     let (tx, rx) = tokio::sync::oneshot::channel();
     // A thread that fails to start drops `tx`: the receiver then errs.
     let _ = std::thread::Builder::new()
         .name("rund-launch".into())
         .spawn(move || {
-            if let Err(Ok(spawned)) = tx.send(spawn_blocking(plan)) {
+            let launched = prepare().and_then(|plan| {
+                let what = Launched::of(&plan);
+                spawn_blocking(plan).map(|s| (s, what))
+            });
+            if let Err(Ok((spawned, _))) = tx.send(launched) {
                 // Nobody waits any more: the agent must not outlive that.
                 kill_and_reap(spawned.pid);
             }
@@ -62,10 +70,38 @@ pub fn spawn_detached(plan: SpawnPlan) -> Detached {
 }
 
 /// The agent a [`spawn_detached`] launch started.
-pub async fn detached(launch: Detached) -> Result<Spawned, SandboxError> {
+pub async fn detached(launch: Detached) -> Result<(Spawned, Launched), SandboxError> {
     launch
         .await
         .map_err(|_| SandboxError::Spawn("the launch thread did not start".into()))?
+}
+
+/// What a launch was made with, less the fds: two launches with equal
+/// `Launched` make the same sandbox (the joined namespaces by identity).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launched {
+    config: LaunchConfig,
+    join: Vec<(String, Option<(u64, u64)>)>,
+    uid_map: Vec<IdMapping>,
+    gid_map: Vec<IdMapping>,
+    agent_bin: PathBuf,
+}
+
+impl Launched {
+    pub fn of(plan: &SpawnPlan) -> Launched {
+        let id = |fd: &OwnedFd| nix::sys::stat::fstat(fd).ok().map(|s| (s.st_dev, s.st_ino));
+        Launched {
+            config: plan.config.clone(),
+            join: plan
+                .join
+                .iter()
+                .map(|(k, fd)| (k.clone(), id(fd)))
+                .collect(),
+            uid_map: plan.uid_map.clone(),
+            gid_map: plan.gid_map.clone(),
+            agent_bin: plan.agent_bin.clone(),
+        }
+    }
 }
 
 fn spawn_blocking(plan: SpawnPlan) -> Result<Spawned, SandboxError> {
@@ -252,7 +288,8 @@ mod tests {
     fn a_detached_launch_runs_without_a_runtime_and_reports_a_missing_agent() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("rund-agent");
-        let err = spawn_detached(plan(missing.to_str().unwrap()))
+        let plan = plan(missing.to_str().unwrap());
+        let err = spawn_detached(move || Ok(plan))
             .blocking_recv()
             .unwrap()
             .err()
@@ -264,7 +301,8 @@ mod tests {
     /// is reaped: no child of ours is left.
     #[test]
     fn a_launcher_that_exits_fails_the_handshake_and_is_reaped() {
-        let err = spawn_detached(plan("/bin/true"))
+        let plan = plan("/bin/true");
+        let err = spawn_detached(move || Ok(plan))
             .blocking_recv()
             .unwrap()
             .err()
@@ -284,5 +322,44 @@ mod tests {
             })
             .collect();
         assert!(zombies.is_empty(), "unreaped: {zombies:?}");
+    }
+
+    /// A plan that cannot be made (say, its ids cannot be leased) is the
+    /// launch's error; nothing is spawned.
+    #[test]
+    fn a_plan_that_fails_is_the_launchs_error() {
+        let err = spawn_detached(|| Err(SandboxError::Spawn("no ids".into())))
+            .blocking_recv()
+            .unwrap()
+            .err()
+            .unwrap();
+        assert_eq!(
+            err.to_string(),
+            SandboxError::Spawn("no ids".into()).to_string()
+        );
+    }
+
+    /// Two launches are the same only with the same namespaces joined, by
+    /// identity, not by path or fd number.
+    #[test]
+    fn launches_compare_by_config_maps_and_namespace_identity() {
+        let with = |net: &str| {
+            let mut p = plan("/x");
+            p.join = vec![("net".into(), std::fs::File::open(net).unwrap().into())];
+            p
+        };
+        let a = Launched::of(&with("/proc/self/ns/net"));
+        assert_eq!(a, Launched::of(&with("/proc/self/ns/net")));
+        assert_ne!(a, Launched::of(&with("/proc/self/ns/ipc")));
+        let mut other = with("/proc/self/ns/net");
+        other.config.hostname = Some("h".into());
+        assert_ne!(a, Launched::of(&other));
+        let mut mapped = with("/proc/self/ns/net");
+        mapped.uid_map = vec![IdMapping {
+            container_id: 0,
+            host_id: 1_000_000,
+            size: 65536,
+        }];
+        assert_ne!(a, Launched::of(&mapped));
     }
 }

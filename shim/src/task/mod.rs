@@ -17,7 +17,9 @@ mod namespaces;
 pub(crate) mod options;
 pub use options::config_path;
 mod pod;
-pub use pod::{begin_head_start, early_head_start, head_start_plan};
+pub use pod::{
+    begin_head_start, early_head_start, end_head_start, head_start_plan, EarlyHead, HeadPlan,
+};
 pub mod publish;
 mod remap;
 mod resources;
@@ -59,6 +61,9 @@ pub struct Service {
     pub(crate) warm: std::sync::OnceLock<Arc<crate::sandbox::warm::WarmPool>>,
     /// Per-pod mode: the agent launched as this shim started (`pod::begin_head_start`).
     pub(crate) head_start: std::sync::OnceLock<crate::sandbox::head_start::HeadStart>,
+    /// Per-pod mode: the sandbox id whose ids the head start leased, and
+    /// the config it leased them under.
+    pub(crate) head_lease: std::sync::OnceLock<(String, RundConfig)>,
     /// Per-pod mode: the pod's cgroup, begun as this shim started
     /// (`early_cgroup::head`).
     pub(crate) cgroup_head: std::sync::Mutex<Option<early_cgroup::head::Head>>,
@@ -87,9 +92,17 @@ impl Service {
             debug,
             warm: std::sync::OnceLock::new(),
             head_start: std::sync::OnceLock::new(),
+            head_lease: std::sync::OnceLock::new(),
             cgroup_head: Default::default(),
             node: std::sync::OnceLock::new(),
             config_in_force: Default::default(),
+        }
+    }
+
+    /// Kills the head start's agent unless a Create took it.
+    pub(crate) fn discard_head_start(&self) {
+        if let Some(head) = self.head_start.get() {
+            head.discard();
         }
     }
 

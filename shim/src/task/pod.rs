@@ -2,6 +2,11 @@
 //! container (a CRI pod sandbox, or a standalone `ctr run` container), and
 //! torn down with the last one.
 
+mod head;
+pub use head::{
+    begin_head_start, early_head_start, end_head_start, head_start_plan, EarlyHead, HeadPlan,
+};
+
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,11 +20,9 @@ use super::Service;
 use super::TaskError;
 use crate::config::RundConfig;
 use crate::error::Result;
-use crate::sandbox::head_start::{self, HeadStart};
 use crate::sandbox::spawn::SpawnPlan;
 use crate::sandbox::{self, warm, About, Sandbox};
-use crate::spec::{self, Role};
-use crate::userns::{self, UsernsMode};
+use crate::spec;
 
 /// The shim's one sandbox.
 #[derive(Default)]
@@ -100,10 +103,7 @@ pub async fn start(
     for (kind, path) in &ns.join {
         join.push((kind.clone(), sandbox::open_ns(kind, path)?));
     }
-    let hostname = spec
-        .hostname()
-        .clone()
-        .filter(|h| !h.is_empty() && ns.new_uts);
+    let hostname = hostname(spec, &ns);
     let userns = super::remap::plan(svc, spec, id, bundle, &req.rootfs).await?;
     let sysctls = pod_sysctls(spec, userns.as_ref());
     let about = About {
@@ -126,54 +126,48 @@ pub async fn start(
         (None, Some(head)) if fits => head.take(&config.agent_binary(), ns.new_net).await,
         (agent, _) => agent,
     };
-    // A per-pod shim starts one sandbox: an agent not taken now never is.
-    if let Some(head) = svc.head_start.get() {
-        head.discard();
-    }
-    let warm_sb = match warm_agent {
-        Some((agent, net_made)) => {
-            let about = about.clone();
-            claim_warm(agent, net_made, about, &mut join, &hostname, &sysctls).await?
-        }
-        None => None,
+    let sb = if let Some((agent, net_made)) = warm_agent {
+        svc.discard_head_start();
+        let about = about.clone();
+        claim_warm(agent, net_made, about, &mut join, &hostname, &sysctls).await?
+    } else {
+        None
     };
-    let sb = if let Some(sb) = warm_sb {
+    let sb = if let Some(sb) = sb {
         sb
     } else {
-        let launch = LaunchConfig {
-            sandbox_id: id.to_string(),
-            userns: about.userns,
-            new_net: ns.new_net,
-            new_ipc: ns.new_ipc,
-            new_uts: ns.new_uts,
-            host_pid: ns.host_pid,
+        let plan = launch_plan(
+            &config,
+            svc.debug,
+            id,
+            &ns,
             hostname,
-            // With a user namespace in a host-owned netns: what Kubernetes sets
-            // for userns pods, so ports below 1024 and ping work.
             sysctls,
-            debug: svc.debug,
-            trim_after_ms: config.idle.trim_after_ms,
-            warm: false,
-            // Not in a user namespace: its copy would be locked to it.
-            root_template: config.sandbox.root_template().filter(|_| !about.userns),
-        };
-        let plan = SpawnPlan {
-            config: launch,
+            userns.as_ref(),
             join,
-            uid_map: userns
-                .as_ref()
-                .map(|u| u.uid_map.clone())
-                .unwrap_or_default(),
-            gid_map: userns
-                .as_ref()
-                .map(|u| u.gid_map.clone())
-                .unwrap_or_default(),
-            agent_bin: config.agent_binary(),
-            log: crate::logging::agent_log_fd(),
+        );
+        let own = match svc.head_start.get() {
+            Some(head) => head.take_own(&plan).await,
+            None => None,
         };
+        // A per-pod shim starts one sandbox: an agent not taken now never is.
+        svc.discard_head_start();
         let info = userns.map(|u| u.info);
         let leased = info.as_ref().and_then(|i| i.lease.as_ref()).is_some();
-        match Sandbox::start(plan, about, info).await {
+        let started = match own {
+            Some(agent) => {
+                let _taken = tracing::trace_span!(
+                    target: crate::phase_layer::TARGET,
+                    "head_taken",
+                    measure = "wall"
+                )
+                .entered();
+                tracing::debug!(sandbox = %id, pid = agent.pid, "took the agent launched ahead");
+                Sandbox::launched(agent, about, info)
+            }
+            None => Sandbox::start(plan, about, info).await,
+        };
+        match started {
             Ok(sb) => sb,
             Err(e) => {
                 if leased {
@@ -198,40 +192,51 @@ pub async fn start(
     Ok(sb)
 }
 
-/// The head start for the pod of this spec, judged before its Create: one
-/// if the pod would take an agent in the warm template (a pod's first
-/// container, no user namespace by its spec or by the config, not hostPID,
-/// its own ipc and uts namespaces, and nothing joined but the network
-/// namespace), with whether it wants a network namespace of its own.
-pub fn head_start_plan(spec: &Spec, config: &RundConfig) -> Option<head_start::Plan> {
-    if !matches!(spec::role(spec), Role::Standalone | Role::PodSandbox) {
-        return None;
-    }
-    let ns = spec::namespaces::sandbox_namespaces(spec).ok()?;
-    let decision = userns::decide(spec, &config.userns, config.policy.allow_userns_host).ok()?;
-    let userns = ns.userns || decision.mode != UsernsMode::Off;
-    let joined: Vec<&str> = ns.join.iter().map(|(k, _)| k.as_str()).collect();
-    warm::fits(userns, ns.host_pid, ns.new_ipc, ns.new_uts, &joined).then_some(head_start::Plan {
-        new_net: ns.new_net,
-    })
-}
-
-/// Begins this per-pod shim's head start (see `sandbox::head_start`), before
-/// its runtime exists; the shim's log must be open.
-pub fn early_head_start(
+/// How a pod's sandbox is launched cold: by its Create, or by its shim's
+/// head start ahead of it ([`head`]), which must plan it the same way.
+#[allow(clippy::too_many_arguments)]
+fn launch_plan(
     config: &RundConfig,
     debug: bool,
-    plan: head_start::Plan,
-) -> head_start::Early {
-    head_start::Early::begin(&warm::Template::of(config, debug), plan)
+    id: &str,
+    ns: &spec::namespaces::SandboxNamespaces,
+    hostname: Option<String>,
+    sysctls: Vec<(String, String)>,
+    userns: Option<&super::remap::Plan>,
+    join: Vec<(String, std::os::fd::OwnedFd)>,
+) -> SpawnPlan {
+    let launch = LaunchConfig {
+        sandbox_id: id.to_string(),
+        userns: userns.is_some(),
+        new_net: ns.new_net,
+        new_ipc: ns.new_ipc,
+        new_uts: ns.new_uts,
+        host_pid: ns.host_pid,
+        hostname,
+        // With a user namespace in a host-owned netns: what Kubernetes sets
+        // for userns pods, so ports below 1024 and ping work.
+        sysctls,
+        debug,
+        trim_after_ms: config.idle.trim_after_ms,
+        warm: false,
+        // Not in a user namespace: its copy would be locked to it.
+        root_template: config.sandbox.root_template().filter(|_| userns.is_none()),
+    };
+    SpawnPlan {
+        config: launch,
+        join,
+        uid_map: userns.map(|u| u.uid_map.clone()).unwrap_or_default(),
+        gid_map: userns.map(|u| u.gid_map.clone()).unwrap_or_default(),
+        agent_bin: config.agent_binary(),
+        log: crate::logging::agent_log_fd(),
+    }
 }
 
-/// Hands the early launch to the service, which connects to its agent in
-/// the background; call inside the runtime, before the pod's first Create.
-pub fn begin_head_start(svc: &Service, early: head_start::Early) {
-    if let Err(second) = svc.head_start.set(HeadStart::launch(early)) {
-        second.discard();
-    }
+/// The pod's hostname, if it has a UTS namespace of its own to set it in.
+fn hostname(spec: &Spec, ns: &spec::namespaces::SandboxNamespaces) -> Option<String> {
+    spec.hostname()
+        .clone()
+        .filter(|h| !h.is_empty() && ns.new_uts)
 }
 
 /// Claims a warm agent for this pod (`net_made`: it made the pod's network
@@ -339,55 +344,81 @@ mod tests {
         ]
     }
 
+    fn plan(spec: &Spec, config: &RundConfig) -> Option<HeadPlan> {
+        head_start_plan(spec, config, "p1")
+    }
+
+    /// The pod's own launch: whether it leases ids.
+    fn own(plan: Option<HeadPlan>) -> Option<bool> {
+        match plan {
+            Some(HeadPlan::Own(own)) => Some(own.leases()),
+            _ => None,
+        }
+    }
+
     #[test]
     fn plain_pods_fit_the_template_before_create() {
         use LinuxNamespaceType::*;
         let config = RundConfig::default();
-        let plan = |new_net| Some(head_start::Plan { new_net });
+        let template = |new_net| {
+            Some(HeadPlan::Template(crate::sandbox::head_start::Plan {
+                new_net,
+            }))
+        };
         assert_eq!(
-            head_start_plan(&with_namespaces(&plain()), &config),
-            plan(true),
+            plan(&with_namespaces(&plain()), &config),
+            template(true),
             "a network namespace of its own: made at launch"
         );
         let mut cni = plain();
         cni[4].1 = Some("/var/run/netns/cni-1");
         assert_eq!(
-            head_start_plan(&with_namespaces(&cni), &config),
-            plan(false),
+            plan(&with_namespaces(&cni), &config),
+            template(false),
             "CNI netns: joined at the claim"
         );
         let host_net: Vec<_> = plain().into_iter().filter(|(t, _)| *t != Network).collect();
         assert_eq!(
-            head_start_plan(&with_namespaces(&host_net), &config),
-            plan(false),
+            plan(&with_namespaces(&host_net), &config),
+            template(false),
             "hostNetwork"
         );
     }
 
     #[test]
-    fn pods_that_would_start_cold_do_not_fit() {
+    fn pods_the_template_does_not_fit_get_their_own_launch() {
         use LinuxNamespaceType::*;
         let config = RundConfig::default();
-        let mut userns = plain();
-        userns.push((User, None));
-        assert!(
-            head_start_plan(&with_namespaces(&userns), &config).is_none(),
-            "userns"
-        );
         let host_pid: Vec<_> = plain().into_iter().filter(|(t, _)| *t != Pid).collect();
-        assert!(
-            head_start_plan(&with_namespaces(&host_pid), &config).is_none(),
+        assert_eq!(
+            own(plan(&with_namespaces(&host_pid), &config)),
+            Some(false),
             "hostPID"
         );
         let host_ipc: Vec<_> = plain().into_iter().filter(|(t, _)| *t != Ipc).collect();
-        assert!(
-            head_start_plan(&with_namespaces(&host_ipc), &config).is_none(),
+        assert_eq!(
+            own(plan(&with_namespaces(&host_ipc), &config)),
+            Some(false),
             "hostIPC"
         );
         let always = RundConfig::parse("[userns]\nmode = \"always\"\n", Path::new("x")).unwrap();
+        assert_eq!(
+            own(plan(&with_namespaces(&plain()), &always)),
+            Some(true),
+            "userns by config: the pod's ids leased ahead"
+        );
+        let probe = RundConfig::parse(
+            "[userns]\nmode = \"always\"\non_unsupported = \"host\"\n",
+            Path::new("x"),
+        )
+        .unwrap();
         assert!(
-            head_start_plan(&with_namespaces(&plain()), &always).is_none(),
-            "userns by config"
+            plan(&with_namespaces(&plain()), &probe).is_none(),
+            "the Create's rootfs decides whether it gets a user namespace"
+        );
+        assert!(
+            head_start_plan(&with_namespaces(&plain()), &config, "").is_none(),
+            "no sandbox id"
         );
         let mut container = with_namespaces(&plain());
         container.set_annotations(Some(
@@ -404,7 +435,7 @@ mod tests {
             .into(),
         ));
         assert!(
-            head_start_plan(&container, &config).is_none(),
+            plan(&container, &config).is_none(),
             "not the pod's first container"
         );
     }

@@ -9,7 +9,7 @@ use oci_spec::runtime::{MountBuilder, Spec};
 
 use super::Service;
 use super::TaskError;
-use crate::config::{OnPrivileged, OnUnsupported, RemapMode};
+use crate::config::{OnPrivileged, OnUnsupported, RemapMode, RundConfig};
 use crate::error::{Result, ShimError};
 use crate::policy::PolicyError;
 use crate::rootfs;
@@ -49,6 +49,52 @@ pub async fn plan(
     rootfs: &[Mount],
 ) -> Result<Option<Plan>> {
     let config = svc.config();
+    let Some(judged) = judge(&config, spec, sandbox_id)? else {
+        return Ok(None);
+    };
+    if judged.needs_probe {
+        let paths = idmap_candidates(bundle, rootfs, spec)?;
+        // Any valid map shows what the filesystems allow: the pool's first range.
+        let probe = vec![IdMapping {
+            container_id: 0,
+            host_id: config.userns.base,
+            size: config.userns.size,
+        }];
+        let unsupported = tokio::task::spawn_blocking(move || {
+            let ns = userns::userns_with_maps(&probe, &probe)?;
+            Ok::<_, userns::UsernsError>(userns::first_unsupported(&paths, ns.as_fd()))
+        })
+        .await
+        .map_err(TaskError::blocking("user namespace probe"))??;
+        if let Some(e) = unsupported {
+            tracing::warn!(id = sandbox_id, "no user namespace for this pod: {e}");
+            return Ok(None);
+        }
+    }
+    let id = sandbox_id.to_string();
+    let owner = std::process::id() as i32;
+    tokio::task::spawn_blocking(move || lease(&config, judged, &id, owner))
+        .await
+        .map_err(TaskError::blocking("user namespace lease"))?
+        .map(Some)
+        .map_err(ShimError::from)
+}
+
+/// What [`plan`] judges from the spec and config alone, before it leases.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Judged {
+    /// `FromSpec` or `Allocate`.
+    mode: UsernsMode,
+    /// `on_unsupported = "host"` under mode "always": the Create's rootfs
+    /// decides, probed for idmap support first.
+    pub needs_probe: bool,
+    pod_sysctls: Vec<(String, String)>,
+}
+
+/// Whether the sandbox of `spec` gets a user namespace (`None`: not), from
+/// the spec and config alone. A pod that needs the host's is refused or
+/// runs without one, as `[userns] on_privileged` says.
+pub fn judge(config: &RundConfig, spec: &Spec, sandbox_id: &str) -> Result<Option<Judged>> {
     let decision = userns::decide(spec, &config.userns, config.policy.allow_userns_host)?;
     if decision.mode == UsernsMode::Off {
         return Ok(None);
@@ -68,49 +114,47 @@ pub async fn plan(
                 }
             }
         }
-        if config.userns.on_unsupported == OnUnsupported::Host {
-            let paths = idmap_candidates(bundle, rootfs, spec)?;
-            // Any valid map shows what the filesystems allow: the pool's first range.
-            let probe = vec![IdMapping {
-                container_id: 0,
-                host_id: config.userns.base,
-                size: config.userns.size,
-            }];
-            let unsupported = tokio::task::spawn_blocking(move || {
-                let ns = userns::userns_with_maps(&probe, &probe)?;
-                Ok::<_, userns::UsernsError>(userns::first_unsupported(&paths, ns.as_fd()))
-            })
-            .await
-            .map_err(TaskError::blocking("user namespace probe"))??;
-            if let Some(e) = unsupported {
-                tracing::warn!(id = sandbox_id, "no user namespace for this pod: {e}");
-                return Ok(None);
-            }
-        }
     }
     let joined_net = ns.join.iter().any(|(kind, _)| kind == "net");
-    match decision.mode {
-        UsernsMode::Off => Ok(None),
+    let pod_sysctls = match decision.mode {
+        UsernsMode::Allocate if joined_net => pod_sysctls(spec),
+        _ => Vec::new(),
+    };
+    Ok(Some(Judged {
+        mode: decision.mode,
+        needs_probe: decision.by_mode && config.userns.on_unsupported == OnUnsupported::Host,
+        pod_sysctls,
+    }))
+}
+
+/// Leases the judged ids in the node's lease file for `owner_pid` (blocking):
+/// a range of the pool, or the spec's own ranges recorded so the pool never
+/// hands them out while this sandbox runs. Both are idempotent per sandbox
+/// id: a second call for the same sandbox gets the same range.
+pub fn lease(
+    config: &RundConfig,
+    judged: Judged,
+    sandbox_id: &str,
+    owner_pid: i32,
+) -> std::result::Result<Plan, userns::UsernsError> {
+    let store = LeaseStore::in_state_dir(&config.state_dir, &config.userns)?;
+    match judged.mode {
+        UsernsMode::Off => Err(userns::UsernsError::Config(
+            "no user namespace: no ids to lease".into(),
+        )),
         UsernsMode::FromSpec { uid, gid } => {
             let host_root = uid
                 .iter()
                 .find(|m| m.container_id == 0)
                 .map(|m| m.host_id)
                 .unwrap_or(0);
-            // Recorded in the lease file, so the pool never hands these ids
-            // to another sandbox while this one runs.
             let ranges: Vec<(u32, u32)> = uid
                 .iter()
                 .chain(&gid)
                 .map(|m| (m.host_id, m.size))
                 .collect();
-            let (store, recorded) = in_blocking(
-                svc,
-                move |store, id| store.reserve(&id, std::process::id() as i32, &ranges),
-                sandbox_id,
-            )
-            .await?;
-            Ok(Some(Plan {
+            let recorded = store.reserve(sandbox_id, owner_pid, &ranges)?;
+            Ok(Plan {
                 uid_map: uid,
                 gid_map: gid,
                 info: UsernsInfo {
@@ -118,29 +162,20 @@ pub async fn plan(
                     lease: (recorded > 0).then_some(store),
                 },
                 pod_sysctls: Vec::new(),
-            }))
+            })
         }
         UsernsMode::Allocate => {
-            let (store, lease) = in_blocking(
-                svc,
-                |store, id| store.allocate(&id, std::process::id() as i32),
-                sandbox_id,
-            )
-            .await?;
+            let lease = store.allocate(sandbox_id, owner_pid)?;
             let map = userns::lease_map(&lease);
-            Ok(Some(Plan {
+            Ok(Plan {
                 uid_map: map.clone(),
                 gid_map: map,
                 info: UsernsInfo {
                     host_root: lease.host_base,
                     lease: Some(store),
                 },
-                pod_sysctls: if joined_net {
-                    pod_sysctls(spec)
-                } else {
-                    Vec::new()
-                },
-            }))
+                pod_sysctls: judged.pod_sysctls,
+            })
         }
     }
 }
@@ -202,24 +237,6 @@ fn idmap_candidates(bundle: &Path, rootfs: &[Mount], spec: &Spec) -> Result<Vec<
         }
     }
     Ok(out)
-}
-
-/// Runs `f` on the node's lease store off the async threads.
-async fn in_blocking<F, T>(svc: &Service, f: F, sandbox_id: &str) -> Result<(LeaseStore, T)>
-where
-    F: FnOnce(&LeaseStore, String) -> std::result::Result<T, userns::UsernsError> + Send + 'static,
-    T: Send + 'static,
-{
-    let config = svc.config();
-    let id = sandbox_id.to_string();
-    tokio::task::spawn_blocking(move || {
-        let store = LeaseStore::in_state_dir(&config.state_dir, &config.userns)?;
-        let got = f(&store, id)?;
-        Ok::<_, userns::UsernsError>((store, got))
-    })
-    .await
-    .map_err(TaskError::blocking("user namespace lease"))?
-    .map_err(ShimError::from)
 }
 
 /// How bind sources are mounted for this container. Under mode "always",

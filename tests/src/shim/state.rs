@@ -16,6 +16,13 @@ pub fn process_config() -> Result<&'static Path> {
     if let Some(p) = CONFIG.get() {
         return Ok(p);
     }
+    // Tests of one process start at once: one writes the file, while none
+    // reads it (`process_config_with` would read it half written).
+    static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _once = INIT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = CONFIG.get() {
+        return Ok(p);
+    }
     std::fs::create_dir_all(DIRECT_BASE).io("create direct base", DIRECT_BASE)?;
     remove_stale();
     let state = state_dir(std::process::id());
@@ -43,7 +50,10 @@ pub fn process_config_with(extra: &str) -> Result<PathBuf> {
     extra.hash(&mut h);
     let path = base.with_file_name(format!("rund-{:016x}.toml", h.finish()));
     let text = std::fs::read_to_string(base).io("read rund config", base)?;
-    std::fs::write(&path, format!("{text}\n{extra}")).io("write rund config", &path)?;
+    // Written aside and renamed: tests with the same extra may race.
+    let tmp = path.with_extension(format!("tmp-{:?}", std::thread::current().id()));
+    std::fs::write(&tmp, format!("{text}\n{extra}")).io("write rund config", &tmp)?;
+    std::fs::rename(&tmp, &path).io("rename rund config", &path)?;
     Ok(path)
 }
 

@@ -238,6 +238,24 @@ impl LeaseStore {
         Ok(Some(gone))
     }
 
+    /// Releases `sandbox_id`'s entries only while `owner_pid` still owns
+    /// them: ids a shim leased ahead of a Create that never took them (an
+    /// agent that took them owns them, and a later shim of the same id may).
+    pub fn release_owned(&self, sandbox_id: &str, owner_pid: i32) -> Result<usize, UsernsError> {
+        let owner = self.owner_of(owner_pid)?;
+        let locked = file::lock(&self.dir)?;
+        let mut state = locked.load()?;
+        let before = state.leases.len();
+        state
+            .leases
+            .retain(|e| !(e.sandbox_id == sandbox_id && e.owner == owner));
+        let gone = before - state.leases.len();
+        if gone > 0 {
+            locked.store(&state)?;
+        }
+        Ok(gone)
+    }
+
     pub fn get(&self, sandbox_id: &str) -> Result<Option<Lease>, UsernsError> {
         let locked = file::lock(&self.dir)?;
         Ok(locked

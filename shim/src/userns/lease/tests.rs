@@ -273,3 +273,26 @@ fn spec_ranges_are_clipped_to_the_pool_and_adopted_together() {
         "slots 0 and 3 are held"
     );
 }
+
+#[test]
+fn release_owned_leaves_ids_another_owner_took() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, fake) = store(dir.path(), 4);
+    fake.spawn(10, 1);
+    fake.spawn(20, 1);
+    s.allocate("a", 10).unwrap();
+    s.allocate("b", 10).unwrap();
+    // "a"'s agent took its ids: the shim that leased them ahead keeps its hands off.
+    s.adopt("a", 20).unwrap();
+    assert_eq!(s.release_owned("a", 10).unwrap(), 0);
+    assert!(s.get("a").unwrap().is_some());
+    // "b" was never taken: its leaser frees it, once.
+    assert_eq!(s.release_owned("b", 10).unwrap(), 1);
+    assert_eq!(s.get("b").unwrap(), None);
+    assert_eq!(s.release_owned("b", 10).unwrap(), 0);
+    // The same pid with another start time is another process.
+    s.allocate("c", 10).unwrap();
+    fake.kill(10);
+    fake.spawn(10, 2);
+    assert_eq!(s.release_owned("c", 10).unwrap(), 0);
+}
