@@ -92,6 +92,19 @@ fn leases_of(id: &str) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// The sizes of `pid`'s copies of rund-init (its `memfd:rund-init` fds).
+fn init_copies(pid: u32) -> Vec<u64> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read_link(e.path())
+                .is_ok_and(|t| t.to_string_lossy().starts_with("/memfd:rund-init"))
+        })
+        .filter_map(|e| std::fs::metadata(e.path()).ok().map(|m| m.len()))
+        .collect()
+}
+
 /// The first line of `pid`'s uid_map, as (inside, outside, count).
 fn uid_map(pid: u32) -> (u64, u64, u64) {
     let text = std::fs::read_to_string(format!("/proc/{pid}/uid_map")).unwrap();
@@ -150,6 +163,11 @@ async fn a_userns_pods_agent_is_launched_ahead_with_its_ids_and_taken() {
     assert!(took_head(&phases, &d.bundle.id), "{}", d.diagnostics());
     d.start_process("").await.unwrap();
     assert_eq!(uid_map(created.pid).1, leased[0].1, "the container's map");
+    assert_eq!(
+        init_copies(agent),
+        vec![0],
+        "rund-init's copy is made at launch, and filled only for a container that runs it"
+    );
     assert_eq!(
         leases_of(&d.bundle.id),
         vec![(agent as u64, leased[0].1)],

@@ -114,12 +114,13 @@ fn launch(sync: BorrowedFd<'_>) -> Result<(), LaunchError> {
         // sandbox's root will not be allowed to write their sysctls.
         sysctl::write_where(&cfg.sysctls, false, |n| joined.iter().any(|j| j == n))?;
     }
-    // In a user namespace rund-init is sealed now, by host root: owned by an
-    // id the pod does not map and unreadable to it, the kernel ties the
+    // In a user namespace rund-init's copy is made now, by host root: owned
+    // by an id the pod does not map and unreadable to it, the kernel ties the
     // init's mm to the host's user namespace, so a workload with
     // CAP_SYS_PTRACE in the pod's cannot attach to it or open its memory.
+    // It is filled on first use (most pods run no init).
     let init_bin = if cfg.userns {
-        InitBinary::sealed().map_err(|e| LaunchError::Bad(e.to_string()))?
+        InitBinary::reserved().map_err(|e| LaunchError::Bad(e.to_string()))?
     } else {
         InitBinary::default()
     };

@@ -3,10 +3,10 @@
 //! libc in the container. Run from a sealed memfd, the container's PID 1 is
 //! not a host binary: nothing in the container can open it for writing
 //! through /proc/1/exe (runc's CVE-2019-5736), and the copy cannot change
-//! while containers use it. Made once per sandbox, on first use.
+//! while containers use it. Made once per sandbox, on first use (a
+//! user-namespaced sandbox's file is made at launch, and filled then).
 
-use std::io::Write;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Mutex;
 
 /// The static rund-init, built by build.rs.
@@ -24,34 +24,64 @@ pub enum InitBinError {
 
 #[derive(Default)]
 pub struct InitBinary {
-    sealed: Mutex<Option<OwnedFd>>,
+    copy: Mutex<Copy>,
+}
+
+/// Where the sandbox's copy stands.
+#[derive(Default)]
+enum Copy {
+    #[default]
+    None,
+    /// Its file made ahead, still empty.
+    Blank(OwnedFd),
+    Sealed(OwnedFd),
 }
 
 impl InitBinary {
-    /// The sealed copy made at once (by the launcher, before it enters the
-    /// sandbox's user namespace).
-    pub fn sealed() -> Result<Self, InitBinError> {
-        let fd = seal_copy(EMBEDDED)?;
+    /// The copy's file made at once, empty, by the launcher before it enters
+    /// the sandbox's user namespace: the file is then owned by an id the pod
+    /// does not map. It is filled and sealed on first use, so a pod that runs
+    /// no init pays neither the write nor the memory (1.1 MiB of shmem).
+    pub fn reserved() -> Result<Self, InitBinError> {
+        check_static(EMBEDDED)?;
         Ok(InitBinary {
-            sealed: Mutex::new(Some(fd)),
+            copy: Mutex::new(Copy::Blank(blank()?)),
         })
     }
 
     /// A dup of the sealed copy, made the first time.
     pub fn get(&self) -> Result<OwnedFd, InitBinError> {
-        let mut slot = self.sealed.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(fd) = slot.as_ref() {
-            return fd.try_clone().map_err(InitBinError::Memfd);
-        }
-        let fd = seal_copy(EMBEDDED)?;
-        let dup = fd.try_clone().map_err(InitBinError::Memfd)?;
-        *slot = Some(fd);
-        Ok(dup)
+        let mut slot = self.copy.lock().unwrap_or_else(|e| e.into_inner());
+        let sealed = match std::mem::take(&mut *slot) {
+            Copy::Sealed(fd) => fd,
+            Copy::Blank(fd) => match fill_and_seal(&fd, EMBEDDED) {
+                Ok(()) => fd,
+                Err(e) => {
+                    // Kept for the next try: a copy made now, inside the
+                    // user namespace, would be the pod's to read.
+                    *slot = Copy::Blank(fd);
+                    return Err(e);
+                }
+            },
+            Copy::None => seal_copy(EMBEDDED)?,
+        };
+        let dup = sealed.try_clone().map_err(InitBinError::Memfd);
+        *slot = Copy::Sealed(sealed);
+        dup
     }
 }
 
 fn seal_copy(bytes: &[u8]) -> Result<OwnedFd, InitBinError> {
     check_static(bytes)?;
+    let fd = blank()?;
+    fill_and_seal(&fd, bytes)?;
+    Ok(fd)
+}
+
+/// An empty memfd that can be sealed, execute-only for others: whoever does
+/// not own the copy cannot read it, which keeps an init exec'd by an
+/// unmapped owner's copy non-dumpable.
+fn blank() -> Result<OwnedFd, InitBinError> {
     let name = c"rund-init";
     // SAFETY: memfd_create takes a NUL-terminated name and flags; returns a new fd or -1.
     let fd =
@@ -60,20 +90,27 @@ fn seal_copy(bytes: &[u8]) -> Result<OwnedFd, InitBinError> {
         return Err(InitBinError::Memfd(std::io::Error::last_os_error()));
     }
     // SAFETY: a fresh fd from the kernel, owned by nobody else.
-    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    file.write_all(bytes).map_err(InitBinError::Memfd)?;
-    // Execute-only for others: whoever does not own the copy cannot read
-    // it, which keeps an init exec'd by an unmapped owner's copy non-dumpable.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     // SAFETY: fchmod on our own memfd with a mode.
-    if unsafe { libc::fchmod(fd, 0o711) } < 0 {
+    if unsafe { libc::fchmod(fd.as_raw_fd(), 0o711) } < 0 {
         return Err(InitBinError::Memfd(std::io::Error::last_os_error()));
     }
+    Ok(fd)
+}
+
+/// Writes `bytes` from offset 0 (a retry after a failed write starts over)
+/// and seals the copy against any change. Writing needs no ownership of the
+/// file: the fd was opened for writing when it was made.
+fn fill_and_seal(fd: &OwnedFd, bytes: &[u8]) -> Result<(), InitBinError> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::from(fd.try_clone().map_err(InitBinError::Memfd)?);
+    file.write_all_at(bytes, 0).map_err(InitBinError::Memfd)?;
     let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
     // SAFETY: fcntl(F_ADD_SEALS) on our memfd with integer flags.
-    if unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, seals) } < 0 {
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
         return Err(InitBinError::Memfd(std::io::Error::last_os_error()));
     }
-    Ok(OwnedFd::from(file))
+    Ok(())
 }
 
 /// An ELF64 with no PT_INTERP program header needs no loader in the container.
@@ -101,6 +138,7 @@ fn check_static(b: &[u8]) -> Result<(), InitBinError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     #[test]
     fn static_and_dynamic_binaries_are_told_apart() {
@@ -112,6 +150,33 @@ mod tests {
             Err(InitBinError::NotElf)
         ));
         check_static(EMBEDDED).unwrap();
+    }
+
+    #[test]
+    fn a_reserved_copy_is_empty_until_first_use_then_the_embedded_binary_sealed() {
+        use std::io::Read;
+        let bin = InitBinary::reserved().unwrap();
+        let size = |fd: &OwnedFd| nix::sys::stat::fstat(fd).unwrap().st_size;
+        let blank = match &*bin.copy.lock().unwrap() {
+            Copy::Blank(fd) => fd.try_clone().unwrap(),
+            _ => panic!("not reserved"),
+        };
+        assert_eq!(size(&blank), 0, "nothing written ahead");
+        let mode = nix::sys::stat::fstat(&blank).unwrap().st_mode & 0o7777;
+        assert_eq!(mode, 0o711, "execute-only for others from the start");
+        let fd = bin.get().unwrap();
+        assert_eq!(size(&fd), EMBEDDED.len() as i64);
+        let mut f = std::fs::File::from(fd);
+        assert!(f.write_all(b"x").is_err(), "sealed memfd accepted a write");
+        let path = format!("/proc/self/fd/{}", f.as_raw_fd());
+        let mut back = Vec::new();
+        std::fs::File::open(path)
+            .unwrap()
+            .read_to_end(&mut back)
+            .unwrap();
+        assert!(back == EMBEDDED, "the copy is the embedded rund-init");
+        let again = bin.get().unwrap();
+        assert_eq!(size(&again), EMBEDDED.len() as i64, "the same copy");
     }
 
     #[test]
