@@ -50,6 +50,17 @@ pub enum UsernsError {
     },
     #[error("lease owner pid {0} is not running")]
     OwnerGone(i32),
+    #[error(
+        "sandbox id {id} already holds host ids {host_base}..{end} for a running sandbox (owner \
+         pid {pid}): ids are leased by sandbox id, so two running pods cannot share one (the same \
+         id in two containerd namespaces?); give this pod another id"
+    )]
+    IdInUse {
+        id: String,
+        pid: i32,
+        host_base: u32,
+        end: u64,
+    },
     #[error("annotation {key}: {reason}")]
     Annotation { key: String, reason: String },
     #[error("spec user namespace mappings: {0}")]
@@ -75,7 +86,7 @@ impl UsernsError {
     pub fn is_bad_input(&self) -> bool {
         matches!(
             self,
-            UsernsError::Annotation { .. } | UsernsError::Mapping(_)
+            UsernsError::Annotation { .. } | UsernsError::Mapping(_) | UsernsError::IdInUse { .. }
         ) || matches!(self, UsernsError::IdMap(e) if e.is_bad_input())
     }
 

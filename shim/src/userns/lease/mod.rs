@@ -84,10 +84,12 @@ impl LeaseStore {
         self.dir.join(file::LEASES_FILE)
     }
 
-    /// The lease of `sandbox_id`: its existing one if it has one (a
-    /// restarted shim gets the same range back; a dead owner is replaced by
-    /// `owner_pid`, a live one is kept), else the lowest free range, after
-    /// reclaiming leases whose owner is dead.
+    /// The lease of `sandbox_id`: its existing one if it has one and its
+    /// owner is `owner_pid` or dead (a restarted shim gets the same range
+    /// back, and becomes its owner), else the lowest free range, after
+    /// reclaiming leases whose owner is dead. Another live owner's lease of
+    /// the same id is another running sandbox's (the same id in another
+    /// containerd namespace): refused, never shared.
     pub fn allocate(&self, sandbox_id: &str, owner_pid: i32) -> Result<Lease, UsernsError> {
         if sandbox_id.is_empty() {
             return Err(UsernsError::Config("empty sandbox id".into()));
@@ -97,10 +99,19 @@ impl LeaseStore {
         let mut state = locked.load()?;
         if let Some(e) = state.leases.iter_mut().find(|e| e.sandbox_id == sandbox_id) {
             let lease = e.lease;
-            if !self.live.is_alive(&e.owner) {
-                e.owner = owner;
-                locked.store(&state)?;
+            if e.owner == owner {
+                return Ok(lease);
             }
+            if self.live.is_alive(&e.owner) {
+                return Err(UsernsError::IdInUse {
+                    id: sandbox_id.to_string(),
+                    pid: e.owner.pid,
+                    host_base: lease.host_base,
+                    end: lease.host_base as u64 + lease.size as u64,
+                });
+            }
+            e.owner = owner;
+            locked.store(&state)?;
             return Ok(lease);
         }
         let before = state.leases.len();

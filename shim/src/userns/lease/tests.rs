@@ -296,3 +296,25 @@ fn release_owned_leaves_ids_another_owner_took() {
     fake.spawn(10, 2);
     assert_eq!(s.release_owned("c", 10).unwrap(), 0);
 }
+
+#[test]
+fn a_live_sandbox_s_id_is_refused_to_another_owner_never_shared() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, fake) = store(dir.path(), 4);
+    fake.spawn(10, 1);
+    fake.spawn(20, 1);
+    fake.spawn(30, 1);
+    let a = s.allocate("web", 10).unwrap();
+    // Its agent took it; a shim elsewhere (another containerd namespace) asks for "web" too.
+    s.adopt("web", 20).unwrap();
+    let e = s.allocate("web", 30).unwrap_err();
+    assert!(
+        matches!(e, UsernsError::IdInUse { pid: 20, .. }) && e.is_bad_input(),
+        "{e}"
+    );
+    assert!(e.to_string().contains("another id"), "{e}");
+    // Its owner still gets it, and once the sandbox is gone the next owner does.
+    assert_eq!(s.allocate("web", 20).unwrap(), a);
+    fake.kill(20);
+    assert_eq!(s.allocate("web", 30).unwrap(), a);
+}
