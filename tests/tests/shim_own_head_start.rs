@@ -10,8 +10,10 @@
 
 use std::time::{Duration, Instant};
 
-use rund_tests::pernode::{agents_of, gone_within};
-use rund_tests::shim::{settle, unique_id, Bundle, Direct, DIRECT_BASE};
+use rund_tests::pernode::{agents_of, gone_within, ppid_and_comm};
+use rund_tests::shim::{
+    process_config_with, run_action_env, settle, unique_id, Bundle, Direct, DIRECT_BASE,
+};
 use rund_tests::RundBins;
 use serde_json::{json, Value};
 
@@ -267,4 +269,56 @@ async fn a_host_pid_pods_agent_is_launched_ahead_and_taken() {
         "no user namespace, no ids"
     );
     end(d).await;
+}
+
+/// Agents whose parent is no shim: a launch its server left behind when it exited.
+fn orphan_agents() -> std::collections::BTreeSet<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Default::default();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            ppid_and_comm(pid).is_some_and(|(parent, comm)| {
+                comm == "rund-agent"
+                    && !ppid_and_comm(parent).is_some_and(|(_, c)| c.starts_with("containerd-shim"))
+            })
+        })
+        .collect()
+}
+
+/// A `start` whose server fails before it serves (containerd's events endpoint is not there)
+/// had already begun launching the pod's own agent, ids leased: the failed `start` leaves
+/// neither the agent nor the lease.
+#[test]
+fn a_start_whose_server_fails_leaves_no_agent_and_no_lease() {
+    let Some(bins) = setup("a_start_whose_server_fails_leaves_no_agent") else {
+        return;
+    };
+    let config = process_config_with(USERNS).unwrap();
+    let env = [
+        ("TTRPC_ADDRESS", "/nonexistent/containerd.sock.ttrpc"),
+        ("RUND_CONFIG", config.to_str().unwrap()),
+    ];
+    // Several tries: the server's failure races its launch thread.
+    for _ in 0..5 {
+        let bundle = Bundle::new(&unique_id("ownfail")).unwrap();
+        let spec = bundle.spec(rund_tests::shim::busybox_rootfs(), &["true"]);
+        bundle.write_config(&spec).unwrap();
+        let before = orphan_agents();
+        let out = run_action_env(&bins, &bundle, "start", &env).unwrap();
+        assert!(!out.status.success(), "{}", out.stderr);
+        assert!(
+            out.stderr.contains("/nonexistent/containerd.sock.ttrpc"),
+            "{}",
+            out.stderr
+        );
+        assert_eq!(
+            leases_of(&bundle.id),
+            Vec::new(),
+            "ids leased ahead are freed"
+        );
+        let left: Vec<u32> = orphan_agents().difference(&before).copied().collect();
+        assert!(left.is_empty(), "agents left behind: {left:?}");
+    }
 }

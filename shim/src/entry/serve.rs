@@ -99,10 +99,19 @@ async fn serve(
         Some(config) => config,
         None => RundConfig::load(None)?,
     };
+    let publisher = match connect_publisher().await {
+        Ok(p) => p,
+        Err(e) => {
+            if let Some(early) = early {
+                crate::task::abandon_early_head(early).await;
+            }
+            return Err(e);
+        }
+    };
     let exit = Arc::new(ExitSignal::default());
     let service = Arc::new(Service::new(
         config,
-        Events::new(connect_publisher().await?, flags.namespace.clone()),
+        Events::new(publisher, flags.namespace.clone()),
         exit.clone(),
         flags.debug,
     ));
@@ -113,7 +122,13 @@ async fn serve(
     if let Some(early) = early {
         crate::task::begin_head_start(&service, early);
     }
-    let pod = open_pod(&flags.socket, service.clone()).await?;
+    let pod = match open_pod(&flags.socket, service.clone()).await {
+        Ok(pod) => pod,
+        Err(e) => {
+            crate::task::abandon_head_start(&service).await;
+            return Err(e);
+        }
+    };
     // Once nothing can fail before the exit that removes an untaken one.
     let cgroup_head = CGROUP_HEAD_START
         .lock()

@@ -77,6 +77,16 @@ impl Early {
     }
 }
 
+impl Early {
+    /// For a server that fails before it serves: waits for the launch (it
+    /// may be mid-fork) and kills its agent, so nothing outlives the server.
+    pub async fn abandon(self) {
+        if let Ok((spawned, _)) = spawn::detached(self.launch).await {
+            spawn::kill_and_reap(spawned.pid);
+        }
+    }
+}
+
 pub struct HeadStart {
     agent_bin: PathBuf,
     kind: Kind,
@@ -155,6 +165,15 @@ impl HeadStart {
             return None;
         }
         Some(agent)
+    }
+
+    /// As [`Early::abandon`], for a launch already handed to the service.
+    pub async fn abandon(&self) {
+        if let Some(launch) = self.take_launch() {
+            if let Ok(Ok((agent, _))) = launch.await {
+                spawn::kill_and_reap(agent.pid);
+            }
+        }
     }
 
     /// The pod did not take the agent: it is killed once launched.

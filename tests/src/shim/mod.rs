@@ -38,7 +38,7 @@ pub use residue::{residue, settle, Residue};
 pub use server::{
     ctx, run_action, run_action_env, running, ActionOutput, Ended, ShimServer, HANG_GUARD,
 };
-pub use state::process_config;
+pub use state::{process_config, process_config_with};
 
 use crate::bins::RundBins;
 

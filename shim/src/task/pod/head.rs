@@ -148,9 +148,33 @@ pub fn begin_head_start(svc: &Service, early: EarlyHead) {
 /// of the config it leased them under, which a Create may have switched).
 pub async fn end_head_start(svc: &Service) {
     svc.discard_head_start();
-    let Some((id, config)) = svc.head_lease.get().cloned() else {
-        return;
-    };
+    if let Some((id, config)) = svc.head_lease.get().cloned() {
+        free_leased(id, config).await;
+    }
+}
+
+/// A server that fails before it serves, its head start not yet handed to
+/// a service: the agent is killed once launched and its ids freed, so the
+/// failed `start` leaves no process and no lease.
+pub async fn abandon_early_head(early: EarlyHead) {
+    early.early.abandon().await;
+    if let Some((id, config)) = early.leases {
+        free_leased(id, config).await;
+    }
+}
+
+/// The same, for a head start already handed to `svc`.
+pub async fn abandon_head_start(svc: &Service) {
+    if let Some(head) = svc.head_start.get() {
+        head.abandon().await;
+    }
+    if let Some((id, config)) = svc.head_lease.get().cloned() {
+        free_leased(id, config).await;
+    }
+}
+
+/// Frees the ids leased ahead under `config` that nothing took.
+async fn free_leased(id: String, config: RundConfig) {
     let freed = tokio::task::spawn_blocking(move || {
         userns::LeaseStore::in_state_dir(&config.state_dir, &config.userns)
             .and_then(|s| s.release_owned(&id, std::process::id() as i32))
