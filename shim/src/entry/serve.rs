@@ -125,7 +125,7 @@ async fn serve(
     let pod = match open_pod(&flags.socket, service.clone()).await {
         Ok(pod) => pod,
         Err(e) => {
-            crate::task::abandon_head_start(&service).await;
+            crate::task::end_head_start(&service).await;
             return Err(e);
         }
     };

@@ -171,6 +171,7 @@ impl HeadStart {
     pub async fn abandon(&self) {
         if let Some(launch) = self.take_launch() {
             if let Ok(Ok((agent, _))) = launch.await {
+                tracing::debug!(pid = agent.pid, "head start: agent never claimed, killed");
                 spawn::kill_and_reap(agent.pid);
             }
         }

@@ -18,8 +18,8 @@ pub(crate) mod options;
 pub use options::config_path;
 mod pod;
 pub use pod::{
-    abandon_early_head, abandon_head_start, begin_head_start, early_head_start, end_head_start,
-    head_start_plan, EarlyHead, HeadPlan,
+    abandon_early_head, begin_head_start, early_head_start, end_head_start, head_start_plan,
+    EarlyHead, HeadPlan,
 };
 pub mod publish;
 mod remap;

@@ -4,8 +4,8 @@
 
 mod head;
 pub use head::{
-    abandon_early_head, abandon_head_start, begin_head_start, early_head_start, end_head_start,
-    head_start_plan, EarlyHead, HeadPlan,
+    abandon_early_head, begin_head_start, early_head_start, end_head_start, head_start_plan,
+    EarlyHead, HeadPlan,
 };
 
 use std::path::Path;

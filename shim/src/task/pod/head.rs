@@ -143,32 +143,25 @@ pub fn begin_head_start(svc: &Service, early: EarlyHead) {
     }
 }
 
-/// At the server's exit: an agent launched ahead and never taken is
-/// killed, and ids it leased that nothing took are freed (in the lease file
-/// of the config it leased them under, which a Create may have switched).
+/// At the server's exit, or when it fails after the head start was handed
+/// over: an agent launched ahead and never taken is killed once its launch
+/// ends (awaited, so none outlives the server), and ids it leased that
+/// nothing took are freed (in the lease file of the config it leased them
+/// under, which a Create may have switched).
 pub async fn end_head_start(svc: &Service) {
-    svc.discard_head_start();
+    if let Some(head) = svc.head_start.get() {
+        head.abandon().await;
+    }
     if let Some((id, config)) = svc.head_lease.get().cloned() {
         free_leased(id, config).await;
     }
 }
 
 /// A server that fails before it serves, its head start not yet handed to
-/// a service: the agent is killed once launched and its ids freed, so the
-/// failed `start` leaves no process and no lease.
+/// a service: the same, so the failed `start` leaves no process and no lease.
 pub async fn abandon_early_head(early: EarlyHead) {
     early.early.abandon().await;
     if let Some((id, config)) = early.leases {
-        free_leased(id, config).await;
-    }
-}
-
-/// The same, for a head start already handed to `svc`.
-pub async fn abandon_head_start(svc: &Service) {
-    if let Some(head) = svc.head_start.get() {
-        head.abandon().await;
-    }
-    if let Some((id, config)) = svc.head_lease.get().cloned() {
         free_leased(id, config).await;
     }
 }
