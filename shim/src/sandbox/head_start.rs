@@ -75,9 +75,7 @@ impl Early {
             launch: spawn::spawn_detached(prepare),
         }
     }
-}
 
-impl Early {
     /// For a server that fails before it serves: waits for the launch (it
     /// may be mid-fork) and kills its agent, so nothing outlives the server.
     pub async fn abandon(self) {
@@ -170,10 +168,7 @@ impl HeadStart {
     /// As [`Early::abandon`], for a launch already handed to the service.
     pub async fn abandon(&self) {
         if let Some(launch) = self.take_launch() {
-            if let Ok(Ok((agent, _))) = launch.await {
-                tracing::debug!(pid = agent.pid, "head start: agent never claimed, killed");
-                spawn::kill_and_reap(agent.pid);
-            }
+            kill_once_launched(launch).await;
         }
     }
 
@@ -200,10 +195,12 @@ async fn awaited(launch: Launch) -> Option<(Agent, Launched)> {
 }
 
 fn discard(launch: Launch) {
-    tokio::spawn(async move {
-        if let Ok(Ok((agent, _))) = launch.await {
-            tracing::debug!(pid = agent.pid, "head start: agent not claimed, killed");
-            spawn::kill_and_reap(agent.pid);
-        }
-    });
+    tokio::spawn(kill_once_launched(launch));
+}
+
+async fn kill_once_launched(launch: Launch) {
+    if let Ok(Ok((agent, _))) = launch.await {
+        tracing::debug!(pid = agent.pid, "head start: agent not claimed, killed");
+        spawn::kill_and_reap(agent.pid);
+    }
 }
