@@ -5,6 +5,8 @@
 //! Skipped (with a message) until rund's binaries are built; `RUND_REQUIRE_BINS=1` makes that
 //! a failure.
 
+use std::time::{Duration, Instant};
+
 use rund_tests::containerd::RunSpec;
 use rund_tests::pernode::*;
 use rund_tests::{assert_no_leaks_within, Containerd, ContainerdOpts, LeakSnapshot};
@@ -42,6 +44,22 @@ fn a_running_pods_ids_are_not_given_to_the_same_id_in_another_namespace() {
         out.stderr.contains("already holds host ids"),
         "the error names the clash: {out:?}"
     );
+    // containerd's clean-up of the refused pod (the `delete` action, whose
+    // stderr containerd logs) leaves the running twin's ids to it and says
+    // so, instead of waiting for the twin's agent to die.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let said = "which began before this bundle (another running sandbox with this id)";
+    while !std::fs::read_to_string(&ctd.log)
+        .unwrap_or_default()
+        .contains(said)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the refused pod's clean-up did not tell the twin's ids apart:\n{}",
+            ctd.log_tail(40)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let _ = ctd.ctr_in("rund-other", &["container", "rm", "twin"]);
 
     remove(&ctd, "twin");

@@ -42,7 +42,7 @@ pub fn run(flags: &Flags) -> Result<(), EntryError> {
         flags.id.clone()
     };
     remove_cgroup(&bundle, &id, &config);
-    release_leases(&config, &id);
+    release_leases(&config, &id, &bundle);
     remove_dead_socket(&bundle);
     let resp = DeleteResponse {
         pid: 0,
@@ -104,8 +104,12 @@ fn remove_dead_socket(bundle: &Path) {
 /// Drops the leases of dead owners, this sandbox's among them once its
 /// agent, which ends itself when its shim is gone, has died (bounded wait:
 /// it may have been unrecorded if the shim died just after starting it).
-fn release_leases(config: &RundConfig, id: &str) {
-    use crate::userns::lease::{Liveness, ProcLiveness};
+/// An owner that began before this bundle was written is not waited for:
+/// this sandbox's shim and agent start after it, so that owner is another
+/// running sandbox with the same id (refused at its Create), which keeps
+/// its ids.
+fn release_leases(config: &RundConfig, id: &str, bundle: &Path) {
+    use crate::userns::lease::{owner, Liveness, ProcLiveness};
     let Ok(store) = crate::userns::LeaseStore::in_state_dir(&config.state_dir, &config.userns)
     else {
         return;
@@ -113,14 +117,30 @@ fn release_leases(config: &RundConfig, id: &str) {
     if !store.path().exists() {
         return;
     }
+    let bundle_age = bundle_age(bundle);
+    let another_pods = |e: &crate::userns::lease::LeaseEntry| {
+        bundle_age.is_some_and(|age| owner::began_before_now(&e.owner, age))
+    };
     let deadline = Instant::now() + Duration::from_secs(5);
+    let mut told = false;
     while Instant::now() < deadline {
-        let live = store
+        let (theirs, ours): (Vec<_>, Vec<_>) = store
             .list()
             .unwrap_or_default()
             .into_iter()
-            .any(|e| e.sandbox_id == id && ProcLiveness.is_alive(&e.owner));
-        if !live {
+            .filter(|e| e.sandbox_id == id && ProcLiveness.is_alive(&e.owner))
+            .partition(|e| another_pods(e));
+        if let (Some(e), false) = (theirs.first(), told) {
+            eprintln!(
+                "rund delete: sandbox id {id}: host ids {}..{} stay with pid {}, which began \
+                 before this bundle (another running sandbox with this id); not waited for",
+                e.lease.host_base,
+                e.lease.host_base as u64 + e.lease.size as u64,
+                e.owner.pid
+            );
+            told = true;
+        }
+        if ours.is_empty() {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -128,4 +148,13 @@ fn release_leases(config: &RundConfig, id: &str) {
     if let Err(e) = store.reclaim() {
         eprintln!("rund delete: user namespace leases: {e}");
     }
+}
+
+/// How long ago containerd wrote this bundle's spec, which it does before
+/// it starts the shim.
+fn bundle_age(bundle: &Path) -> Option<Duration> {
+    let written = std::fs::metadata(bundle.join("config.json"))
+        .and_then(|m| m.modified())
+        .ok()?;
+    std::time::SystemTime::now().duration_since(written).ok()
 }

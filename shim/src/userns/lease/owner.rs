@@ -2,6 +2,8 @@
 //! reused), so an owner is (boot id, pid, start time in clock ticks since
 //! boot): all three must match a running, non-zombie process.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,9 +51,69 @@ impl Liveness for ProcLiveness {
     }
 }
 
+/// Slack for a start time counted in clock ticks (10 ms at 100 Hz) and
+/// for a file's mtime against it.
+const AGE_SLACK: Duration = Duration::from_millis(100);
+
+/// Whether `owner` began clearly more than `age` ago: `now` is the time
+/// since boot (CLOCK_BOOTTIME, the clock of a start time) and `hz` the
+/// clock ticks per second.
+pub fn began_before(owner: &Owner, age: Duration, now: Duration, hz: u64) -> bool {
+    let started = Duration::from_secs_f64(owner.start_time as f64 / hz.max(1) as f64);
+    now.saturating_sub(started) > age + AGE_SLACK
+}
+
+/// [`began_before`] against this machine's clocks; false when they cannot
+/// be read.
+pub fn began_before_now(owner: &Owner, age: Duration) -> bool {
+    use nix::time::{clock_gettime, ClockId};
+    use nix::unistd::{sysconf, SysconfVar};
+    let (Ok(now), Ok(Some(hz))) = (
+        clock_gettime(ClockId::CLOCK_BOOTTIME),
+        sysconf(SysconfVar::CLK_TCK),
+    ) else {
+        return false;
+    };
+    began_before(owner, age, now.into(), hz as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn at(ticks: u64) -> Owner {
+        Owner {
+            pid: 7,
+            start_time: ticks,
+            boot_id: "b".into(),
+        }
+    }
+
+    /// 100 Hz: an owner started at 10 s, seen at 20 s, is 10 s old.
+    #[test]
+    fn an_owner_began_before_an_age_only_beyond_the_slack() {
+        let now = Duration::from_secs(20);
+        assert!(began_before(&at(1000), Duration::from_secs(9), now, 100));
+        assert!(!began_before(&at(1000), Duration::from_secs(10), now, 100));
+        assert!(!began_before(
+            &at(1000),
+            Duration::from_millis(9_950),
+            now,
+            100
+        ));
+        // Started after the age began (younger): never.
+        assert!(!began_before(&at(1900), Duration::from_secs(5), now, 100));
+        // A start time past `now` (clock skew) is not "before".
+        assert!(!began_before(&at(3000), Duration::ZERO, now, 100));
+    }
+
+    #[test]
+    fn this_process_began_before_no_age_beyond_its_own() {
+        let me = ProcLiveness.owner(std::process::id() as i32).unwrap();
+        assert!(!began_before_now(&me, Duration::from_secs(3600 * 24 * 365)));
+        let init = ProcLiveness.owner(1).unwrap();
+        assert!(began_before_now(&init, Duration::from_millis(1)));
+    }
 
     #[test]
     fn sees_itself_and_not_a_reaped_child() {
