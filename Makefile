@@ -173,7 +173,8 @@ link-order: release
 	$(CARGO) build --release -p rund-shim
 	$(call static_bins,release,)
 
-# criterion micro-benches (cgroup claim vs mkdir, spec processing, device scan,
+# criterion micro-benches (cgroup claim and recycle against mkdir and rmdir, raw and
+# through rund-cgroup; spec processing, device scan,
 # the per-node keeper's datagrams per request).
 bench-micro: deps
 	$(CARGO) bench -p rund-benches --features spec-bench,devices-bench,keeper-bench

@@ -10,9 +10,9 @@
 //! when an operation fails (the bench profile aborts on panic, so failures
 //! clean up and exit instead of panicking).
 //!
-//! TODO(pool): add `rund_cgroup::Pool::claim`/`release` next to the raw
-//! rename once its API settles (it adds the claims file and refill request on
-//! top of the renames measured here).
+//! `library` measures the same through rund-cgroup itself (`Cgroups::create`
+//! and `CgroupManager::destroy`, pool on against off): what the pool's
+//! claim and recycle add on top of the renames measured here.
 
 use std::io::ErrorKind;
 use std::path::PathBuf;
@@ -20,6 +20,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion};
+
+#[path = "cgroup/library.rs"]
+mod library;
 
 /// Mount points of the v1 hierarchies (all of them: runc creates the
 /// container's cgroup in each, name=systemd included).
@@ -228,6 +231,7 @@ fn main() {
         if let Some(mem) = v1.iter().find(|p| p.ends_with("memory")) {
             bench_set(&mut c, "cgroup-v1-memory-only", std::slice::from_ref(mem));
         }
+        library::bench(&mut c);
     }
     // v2 refuses rename (the pool keeps slot names there): mkdir/rmdir only.
     if let Some(root) = v2_root() {
