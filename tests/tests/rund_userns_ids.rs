@@ -33,6 +33,9 @@ fn a_running_pods_ids_are_not_given_to_the_same_id_in_another_namespace() {
         "remapped: {map}"
     );
 
+    // The twin has been running a while (its agent began well before the
+    // second pod's bundle), as a real clash looks.
+    std::thread::sleep(Duration::from_millis(200));
     let other = RunSpec {
         namespace: Some("rund-other".into()),
         detach: true,

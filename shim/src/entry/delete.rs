@@ -117,13 +117,16 @@ fn release_leases(config: &RundConfig, id: &str, bundle: &Path) {
     if !store.path().exists() {
         return;
     }
-    let bundle_age = bundle_age(bundle);
-    let another_pods = |e: &crate::userns::lease::LeaseEntry| {
-        bundle_age.is_some_and(|age| owner::began_before_now(&e.owner, age))
-    };
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut told = false;
     while Instant::now() < deadline {
+        // Both ages at the same instant: an age taken once would fall
+        // behind the owner's while this waits, and our own agent would
+        // soon look older than the bundle.
+        let age = bundle_age(bundle);
+        let another_pods = |e: &crate::userns::lease::LeaseEntry| {
+            age.is_some_and(|age| owner::began_before_now(&e.owner, age))
+        };
         let (theirs, ours): (Vec<_>, Vec<_>) = store
             .list()
             .unwrap_or_default()

@@ -51,9 +51,10 @@ impl Liveness for ProcLiveness {
     }
 }
 
-/// Slack for a start time counted in clock ticks (10 ms at 100 Hz) and
-/// for a file's mtime against it.
-const AGE_SLACK: Duration = Duration::from_millis(100);
+/// Slack for a start time counted in whole clock ticks (10 ms at 100 Hz)
+/// and a file's mtime from the coarse clock (a jiffy, at most 10 ms): an
+/// owner that started after the file cannot come out more than this older.
+const AGE_SLACK: Duration = Duration::from_millis(20);
 
 /// Whether `owner` began clearly more than `age` ago: `now` is the time
 /// since boot (CLOCK_BOOTTIME, the clock of a start time) and `hz` the
@@ -95,9 +96,15 @@ mod tests {
         let now = Duration::from_secs(20);
         assert!(began_before(&at(1000), Duration::from_secs(9), now, 100));
         assert!(!began_before(&at(1000), Duration::from_secs(10), now, 100));
-        assert!(!began_before(
+        assert!(began_before(
             &at(1000),
             Duration::from_millis(9_950),
+            now,
+            100
+        ));
+        assert!(!began_before(
+            &at(1000),
+            Duration::from_millis(9_990),
             now,
             100
         ));
