@@ -114,11 +114,6 @@ pub fn bench(c: &mut Criterion) {
         eprintln!("cgroup bench: draining {parent}: {e}");
     }
     for m in &mounts {
-        let d = m.join(parent.trim_start_matches('/'));
-        if let Err(e) = std::fs::remove_dir(&d) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                eprintln!("cgroup bench: could not remove {}: {e}", d.display());
-            }
-        }
+        super::remove_parent(&m.join(parent.trim_start_matches('/')));
     }
 }
