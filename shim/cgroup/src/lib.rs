@@ -27,8 +27,10 @@ pub use context::Cgroups;
 pub use dirs::Dirs;
 pub use error::{Error, Result};
 pub use hierarchy::{Hierarchy, V1Hierarchy};
-pub use manager::{CgroupManager, FreezerState};
+pub use manager::{CgroupManager, Destroyed, FreezerState};
 pub use oom::OomWatcher;
 pub use path::{CgroupPath, SLOT_PREFIX};
-pub use pool::{CgroupConfig, GcReport, Pool, PoolStatus, Released, Switch};
+pub use pool::{
+    CgroupConfig, GcReport, PendingRecycle, Pool, PoolStatus, Released, Releasing, Switch,
+};
 pub use stats::Stats;

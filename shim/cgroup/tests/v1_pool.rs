@@ -2,38 +2,11 @@
 
 mod common;
 
-use common::{read, slots_in, TestTree};
+use common::{assert_slots_consistent, containers_left, read, slots_in, TestTree};
 use rund_cgroup::{Cgroups, Released, Switch};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
-
-/// Every leader slot exists in every hierarchy and no hierarchy has a slot
-/// the leader lacks; returns the free slot count.
-fn assert_slots_consistent(t: &TestTree, parent: &str) -> usize {
-    let leader: BTreeSet<String> = slots_in(&t.roots[0].join(parent)).into_iter().collect();
-    for r in &t.roots[1..] {
-        let here: BTreeSet<String> = slots_in(&r.join(parent)).into_iter().collect();
-        assert_eq!(here, leader, "slots differ in {}", r.display());
-    }
-    leader.len()
-}
-
-/// Non-slot children of `parent` in any hierarchy.
-fn containers_left(t: &TestTree, parent: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for r in &t.roots {
-        if let Ok(rd) = std::fs::read_dir(r.join(parent)) {
-            for e in rd.flatten() {
-                let n = e.file_name().to_string_lossy().into_owned();
-                if e.path().is_dir() && !n.starts_with(".rund-pool") {
-                    out.push(format!("{}/{n}", r.display()));
-                }
-            }
-        }
-    }
-    out
-}
 
 #[test]
 fn warm_claim_makes_no_mkdir() {

@@ -2,6 +2,7 @@
 //! node-wide pool; blocking cgroupfs work runs off the async threads.
 
 pub mod metrics;
+pub mod recycle;
 
 use std::sync::{Arc, Mutex};
 
@@ -251,11 +252,16 @@ impl ContainerCgroup {
     }
 
     /// Waits for the cgroup to empty, then recycles it into the pool (or
-    /// removes it).
+    /// removes it). A recycle's reset and publication follow the answer
+    /// ([`recycle::settle`] waits for them at exit).
     pub async fn destroy(&self) -> Result<(), CgroupError> {
         self.settled().await;
-        let m = self.mgr.clone();
-        blocking(&self.path, move || m.destroy().map(|_| ())).await
+        recycle::destroy(self.mgr.clone(), self.path.clone())
+            .await
+            .map_err(|source| CgroupError {
+                path: self.path.clone(),
+                source,
+            })
     }
 
     /// Removes the cgroup of a container that is gone: whatever is still in it

@@ -258,6 +258,9 @@ impl PodServer {
     pub(super) async fn close(mut self, service: &Service) {
         // Every event answered before the connection to containerd closes.
         service.events.flush(FLUSH_LIMIT).await;
+        // containerd runs the `delete` action once the connection closes:
+        // no recycle may still be running then.
+        crate::cgroups::recycle::settle(FLUSH_LIMIT).await;
         // The request that asked us to exit (Shutdown, ShutdownSandbox) is still
         // being answered: ttrpc's shutdown drops unsent replies, and containerd
         // fails RemovePodSandbox on a lost ShutdownSandbox reply.

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::fs::CgroupFs;
 use crate::oom::OomWatcher;
 use crate::path::CgroupPath;
-use crate::pool::{Pool, Released};
+use crate::pool::{PendingRecycle, Pool, Released, Releasing};
 use crate::resources::{self, devices, Mode};
 use crate::stats::{self, Stats};
 use crate::tree;
@@ -23,6 +23,15 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// What [`CgroupManager::destroy_detached`] left to do.
+#[derive(Debug)]
+pub enum Destroyed {
+    /// Nothing: given back, or already gone (`None`).
+    Done(Option<Released>),
+    /// Off its path, recycling: finish it to publish the slot.
+    Recycling(PendingRecycle),
+}
 
 /// The cgroup of one container.
 #[derive(Debug, Clone)]
@@ -185,6 +194,16 @@ impl CgroupManager {
     /// the pool (v1), or removed (on v2 after detaching its device filter).
     /// A cgroup that is already gone is fine (delete is idempotent).
     pub fn destroy(&self) -> Result<Option<Released>> {
+        match self.destroy_detached()? {
+            Destroyed::Done(r) => Ok(r),
+            Destroyed::Recycling(p) => p.finish().map(Some),
+        }
+    }
+
+    /// [`CgroupManager::destroy`], but a recycle into the pool's shared
+    /// slots returns as soon as the cgroup has left its path; the rest is
+    /// the caller's to finish.
+    pub fn destroy_detached(&self) -> Result<Destroyed> {
         let fs = self.fs.as_ref();
         let counted = self
             .live
@@ -195,7 +214,7 @@ impl CgroupManager {
             if let (true, Some(pool)) = (counted, &self.pool) {
                 pool.leave(&parent, pool.is_long_lived(&parent));
             }
-            return Ok(None);
+            return Ok(Destroyed::Done(None));
         }
         if let Err(e) = tree::wait_empty(fs, &self.dirs, self.empty_timeout) {
             // Still in use: a later destroy must count it again.
@@ -210,9 +229,14 @@ impl CgroupManager {
             }
         }
         match &self.pool {
-            Some(pool) => pool.release(&self.path, &self.dirs, counted).map(Some),
+            Some(pool) => Ok(
+                match pool.release_detached(&self.path, &self.dirs, counted)? {
+                    Releasing::Done(r) => Destroyed::Done(Some(r)),
+                    Releasing::Pending(p) => Destroyed::Recycling(p),
+                },
+            ),
             None => tree::remove_reclaiming(fs, &self.dirs, self.reclaim)
-                .map(|()| Some(Released::Removed)),
+                .map(|()| Destroyed::Done(Some(Released::Removed))),
         }
     }
 

@@ -17,12 +17,14 @@
 mod config;
 mod gc;
 mod keep;
+mod recycling;
 mod refiller;
 pub(crate) mod reset;
 mod state;
 mod v1;
 
 pub use config::{CgroupConfig, Switch};
+pub use recycling::{PendingRecycle, Releasing};
 pub use state::Counters;
 
 use crate::dirs::Dirs;
@@ -205,14 +207,38 @@ impl Pool {
     /// next container in the parent, or removed. `counted`: the container
     /// was created by this process (not loaded).
     pub fn release(&self, path: &CgroupPath, dirs: &Dirs, counted: bool) -> Result<Released> {
+        match self.release_begin(path, dirs, counted)? {
+            v1::Detach::Done(r) => Ok(r),
+            v1::Detach::Detached(d) => v1::finish(self, d),
+        }
+    }
+
+    /// [`Pool::release`], but a recycle into shared slots returns once the
+    /// cgroup has left its path: the caller finishes the returned
+    /// [`PendingRecycle`] when it likes (after its reply).
+    pub fn release_detached(
+        self: &Arc<Self>,
+        path: &CgroupPath,
+        dirs: &Dirs,
+        counted: bool,
+    ) -> Result<Releasing> {
+        Ok(match self.release_begin(path, dirs, counted)? {
+            v1::Detach::Done(r) => Releasing::Done(r),
+            v1::Detach::Detached(d) => Releasing::Pending(PendingRecycle::new(self.clone(), d)),
+        })
+    }
+
+    fn release_begin(&self, path: &CgroupPath, dirs: &Dirs, counted: bool) -> Result<v1::Detach> {
         let parent = path.parent();
         if self.hier.is_v2() || !self.is_long_lived(&parent) {
-            return self.release_local(path, dirs, counted);
+            return self
+                .release_local(path, dirs, counted)
+                .map(v1::Detach::Done);
         }
         if counted {
             self.leave(&parent, true);
         }
-        v1::release(self, path, dirs)
+        v1::detach(self, path, dirs)
     }
 
     /// Top up a long-lived `parent` below the low water mark. Returns the

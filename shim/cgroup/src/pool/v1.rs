@@ -110,22 +110,35 @@ fn follower_rename(
     Err(Error::AlreadyExists(to.to_path_buf()))
 }
 
-pub(super) fn release(pool: &Pool, path: &CgroupPath, dirs: &Dirs) -> Result<Released> {
+/// A recycle whose cgroup has left its container's path: the leader is at
+/// its marker, the followers at the slot name. Its reset and publication
+/// are left ([`finish`]).
+#[derive(Debug)]
+pub(crate) struct Detached {
+    parent: PathBuf,
+    /// Each hierarchy's directory where it is now (leader first).
+    dirs: Dirs,
+    slot: String,
+}
+
+/// What [`detach`] did.
+pub(crate) enum Detach {
+    Done(Released),
+    Detached(Detached),
+}
+
+/// The first half of a recycle: the cgroup leaves its path by rename (the
+/// container's path is free again at once), its limits still the last
+/// tenant's; or, past high water, it is removed.
+pub(crate) fn detach(pool: &Pool, path: &CgroupPath, dirs: &Dirs) -> Result<Detach> {
     let fs = pool.fs.as_ref();
     let parent = path.parent();
     let st = pool.state(&parent)?;
-    let remove = |why: &str| -> Result<Released> {
-        tracing::debug!(path = %path.rel().display(), why, "cgroup removed, not recycled");
+    if pool.free_slots(&parent)?.len() >= pool.cfg.high {
+        tracing::debug!(path = %path.rel().display(), "cgroup removed, not recycled: pool past high water");
         tree::remove_reclaiming(fs, dirs, pool.cfg.reclaim_on_remove)?;
         st.bump(|c| c.removed += 1)?;
-        Ok(Released::Removed)
-    };
-    if pool.free_slots(&parent)?.len() >= pool.cfg.high {
-        return remove("pool past high water");
-    }
-    if let Err(e) = reset::v1(fs, dirs) {
-        tracing::warn!(%e, "cannot reset limits; removing the cgroup instead");
-        return remove("reset failed");
+        return Ok(Detach::Done(Released::Removed));
     }
     let Dirs::V1(list) = dirs else {
         unreachable!("v1 pool on v2")
@@ -135,13 +148,14 @@ pub(super) fn release(pool: &Pool, path: &CgroupPath, dirs: &Dirs) -> Result<Rel
     let marker = format!("{RECYCLING_PREFIX}{suffix}");
     let mut done: Vec<PathBuf> = Vec::new();
     // 1. The leader becomes a "recycling" marker (pid inside): gc leaves the
-    //    followers of a live recycler alone and cleans up after a dead one.
+    //    followers of a live recycler alone and cleans up after a dead one,
+    //    and no claimer sees the slot until it is published.
     let leader_marker = list[0].0.mount.join(&parent).join(&marker);
     if let Err(e) = fs.rename(&list[0].1, &leader_marker) {
         tracing::warn!(%e, "recycle rename failed");
-        return abort_recycle(pool, dirs, &done, &st);
+        return abort_recycle(pool, dirs, &done, &st).map(Detach::Done);
     }
-    done.push(leader_marker.clone());
+    done.push(leader_marker);
     // 2. Followers take the slot name.
     for (h, dir) in &list[1..] {
         let to = h.mount.join(&parent).join(&slot);
@@ -149,28 +163,43 @@ pub(super) fn release(pool: &Pool, path: &CgroupPath, dirs: &Dirs) -> Result<Rel
             Ok(()) => done.push(to),
             Err(e) if errno(&e) == libc::ENOENT => {
                 // Missing in this hierarchy (partial create): complete the slot.
-                let made = tree::mkdir_one(fs, &to, h.has("cpuset")).and_then(|_| {
-                    done.push(to.clone());
-                    if h.has("devices") {
-                        devices::apply_v1_baseline(fs, &to)?;
-                    }
-                    Ok(())
-                });
-                if let Err(e) = made {
+                if let Err(e) = tree::mkdir_one(fs, &to, h.has("cpuset")) {
                     tracing::warn!(%e, "cannot complete recycled slot");
-                    return abort_recycle(pool, dirs, &done, &st);
+                    return abort_recycle(pool, dirs, &done, &st).map(Detach::Done);
                 }
+                done.push(to);
             }
             Err(e) => {
                 tracing::warn!(%e, dir = %dir.display(), "recycle rename failed");
-                return abort_recycle(pool, dirs, &done, &st);
+                return abort_recycle(pool, dirs, &done, &st).map(Detach::Done);
             }
         }
     }
-    // 3. Publishing the leader makes the slot claimable, complete.
-    if let Err(e) = fs.rename(&leader_marker, &list[0].0.mount.join(&parent).join(&slot)) {
-        tracing::warn!(%e, "recycle publish failed");
-        return abort_recycle(pool, dirs, &done, &st);
+    let moved = list.iter().zip(done).map(|((h, _), d)| (h.clone(), d));
+    Ok(Detach::Detached(Detached {
+        parent,
+        dirs: Dirs::V1(moved.collect()),
+        slot,
+    }))
+}
+
+/// The second half: reset every limit (and the device baseline) where the
+/// cgroup now is, then publish the leader, which makes the slot claimable.
+/// A reset that fails removes the cgroup instead.
+pub(crate) fn finish(pool: &Pool, d: Detached) -> Result<Released> {
+    let fs = pool.fs.as_ref();
+    let st = pool.state(&d.parent)?;
+    let Dirs::V1(list) = &d.dirs else {
+        unreachable!("v1 pool on v2")
+    };
+    let published = list[0].0.mount.join(&d.parent).join(&d.slot);
+    let r = reset::v1(fs, &d.dirs).and_then(|()| {
+        fs.rename(&list[0].1, &published)
+            .map_err(|e| Error::io("rename", &published, e))
+    });
+    if let Err(e) = r {
+        tracing::warn!(%e, "cannot reset or publish a recycled cgroup; removing it instead");
+        return abort_recycle(pool, &d.dirs, &[], &st);
     }
     st.bump(|c| c.recycles += 1)?;
     Ok(Released::Recycled)

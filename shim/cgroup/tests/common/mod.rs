@@ -4,6 +4,7 @@
 
 use rund_cgroup::fs::RealFs;
 use rund_cgroup::{CgroupConfig, Cgroups, Hierarchy, V1Hierarchy};
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -216,4 +217,31 @@ pub fn slots_in(dir: &Path) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Every leader slot exists in every hierarchy and no hierarchy has a slot
+/// the leader lacks; returns the free slot count.
+pub fn assert_slots_consistent(t: &TestTree, parent: &str) -> usize {
+    let leader: BTreeSet<String> = slots_in(&t.roots[0].join(parent)).into_iter().collect();
+    for r in &t.roots[1..] {
+        let here: BTreeSet<String> = slots_in(&r.join(parent)).into_iter().collect();
+        assert_eq!(here, leader, "slots differ in {}", r.display());
+    }
+    leader.len()
+}
+
+/// Non-slot children of `parent` in any hierarchy.
+pub fn containers_left(t: &TestTree, parent: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in &t.roots {
+        if let Ok(rd) = std::fs::read_dir(r.join(parent)) {
+            for e in rd.flatten() {
+                let n = e.file_name().to_string_lossy().into_owned();
+                if e.path().is_dir() && !n.starts_with(".rund-pool") {
+                    out.push(format!("{}/{n}", r.display()));
+                }
+            }
+        }
+    }
+    out
 }
