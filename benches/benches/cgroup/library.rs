@@ -2,17 +2,19 @@
 //! `Cgroups::create` (the pool's claim by rename, else mkdir in every
 //! hierarchy) and `CgroupManager::destroy` (the pool's recycle: the
 //! emptiness check, the reset of every limit, the renames and the pool's
-//! counters; else rmdir). Device rules and the default limits are applied
-//! as for a container without resources. Create and destroy are timed
-//! apart, each with the other done untimed around it, so the pool holds
-//! the same number of free slots at every iteration.
+//! counters; else rmdir), and of the recycle the part a Delete waits for
+//! (`destroy_detached`: the emptiness check and the renames off the path).
+//! Device rules and the default limits are applied as for a container
+//! without resources. Each step is timed apart, the rest done untimed
+//! around it, so the pool holds the same number of free slots at every
+//! iteration.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion};
 use rund_cgroup::fs::RealFs;
-use rund_cgroup::{CgroupConfig, CgroupManager, Cgroups, Hierarchy, Switch};
+use rund_cgroup::{CgroupConfig, CgroupManager, Cgroups, Destroyed, Hierarchy, Switch};
 
 /// Warmed before the pool-on runs: claims never find the pool empty.
 const SLOTS: usize = 4;
@@ -29,32 +31,59 @@ fn config(pool: Switch, parent: &str, state: &std::path::Path) -> CgroupConfig {
     }
 }
 
-/// Times `create` or `destroy` of the cgroup at `path`, `iters` times.
-fn timed(cg: &Cgroups, path: &str, iters: u64, time_create: bool) -> Duration {
+/// The step of a cgroup's life that is timed.
+#[derive(Clone, Copy)]
+enum Step {
+    Create,
+    Destroy,
+    /// Only what a Delete waits for; the recycle then finishes untimed.
+    DestroyDetached,
+}
+
+fn fail(what: &str, path: &str, e: rund_cgroup::Error) -> ! {
+    eprintln!("cgroup bench: {what} {path}: {e}");
+    std::process::exit(1)
+}
+
+/// Times `step` of the cgroup at `path`, `iters` times.
+fn timed(cg: &Cgroups, path: &str, iters: u64, step: Step) -> Duration {
     let create = || -> CgroupManager {
-        cg.create(path, None).unwrap_or_else(|e| {
-            eprintln!("cgroup bench: create {path}: {e}");
-            std::process::exit(1)
-        })
+        cg.create(path, None)
+            .unwrap_or_else(|e| fail("create", path, e))
     };
     let destroy = |m: CgroupManager| {
         if let Err(e) = m.destroy() {
-            eprintln!("cgroup bench: destroy {path}: {e}");
-            std::process::exit(1)
+            fail("destroy", path, e)
         }
     };
     let mut total = Duration::ZERO;
     for _ in 0..iters {
-        if time_create {
-            let t = Instant::now();
-            let m = create();
-            total += t.elapsed();
-            destroy(m);
-        } else {
-            let m = create();
-            let t = Instant::now();
-            destroy(m);
-            total += t.elapsed();
+        match step {
+            Step::Create => {
+                let t = Instant::now();
+                let m = create();
+                total += t.elapsed();
+                destroy(m);
+            }
+            Step::Destroy => {
+                let m = create();
+                let t = Instant::now();
+                destroy(m);
+                total += t.elapsed();
+            }
+            Step::DestroyDetached => {
+                let m = create();
+                let t = Instant::now();
+                let d = m
+                    .destroy_detached()
+                    .unwrap_or_else(|e| fail("destroy", path, e));
+                total += t.elapsed();
+                if let Destroyed::Recycling(p) = d {
+                    if let Err(e) = p.finish() {
+                        fail("finish the recycle of", path, e)
+                    }
+                }
+            }
         }
     }
     total
@@ -98,14 +127,19 @@ pub fn bench(c: &mut Criterion) {
     } else {
         let n = mounts.len();
         let mut g = c.benchmark_group("cgroup-v1-rund-cgroup");
-        for (name, cg, create) in [
-            ("create, pool off (mkdir)", &off, true),
-            ("destroy, pool off (rmdir)", &off, false),
-            ("create, pool on (claim)", &on, true),
-            ("destroy, pool on (recycle)", &on, false),
+        for (name, cg, step) in [
+            ("create, pool off (mkdir)", &off, Step::Create),
+            ("destroy, pool off (rmdir)", &off, Step::Destroy),
+            ("create, pool on (claim)", &on, Step::Create),
+            ("destroy, pool on (recycle)", &on, Step::Destroy),
+            (
+                "destroy, pool on (Delete's wait: off its path)",
+                &on,
+                Step::DestroyDetached,
+            ),
         ] {
             g.bench_function(BenchmarkId::new(name, n), |b| {
-                b.iter_custom(|it| timed(cg, &path, it, create))
+                b.iter_custom(|it| timed(cg, &path, it, step))
             });
         }
         g.finish();
