@@ -5,11 +5,20 @@
 mod common;
 
 use common::{assert_slots_consistent, containers_left, read, TestTree};
-use rund_cgroup::{Destroyed, PendingRecycle, Released};
+use rund_cgroup::{CgroupManager, Cgroups, Destroyed, PendingRecycle, Released};
 use std::path::Path;
 
 fn limited() -> oci_spec::runtime::LinuxResources {
     serde_json::from_str(r#"{"pids": {"limit": 3}, "memory": {"limit": 33554432}}"#).unwrap()
+}
+
+/// One warm slot in `/default`, claimed by container `a` with limits.
+fn claimed(t: &TestTree) -> (Cgroups, CgroupManager) {
+    let cg = t.cgroups(t.config());
+    cg.pool().warm(Path::new("default"), 1).unwrap();
+    let a = cg.create("/default/a", Some(&limited())).unwrap();
+    assert!(a.pooled());
+    (cg, a)
 }
 
 fn pending(d: Destroyed) -> PendingRecycle {
@@ -22,10 +31,7 @@ fn pending(d: Destroyed) -> PendingRecycle {
 #[test]
 fn the_path_is_free_at_once_and_the_slot_is_claimable_only_once_finished() {
     let Some(t) = TestTree::v1() else { return };
-    let cg = t.cgroups(t.config());
-    cg.pool().warm(Path::new("default"), 1).unwrap();
-    let a = cg.create("/default/a", Some(&limited())).unwrap();
-    assert!(a.pooled());
+    let (cg, a) = claimed(&t);
     assert_eq!(assert_slots_consistent(&t, "default"), 0);
 
     let p = pending(a.destroy_detached().unwrap());
@@ -56,9 +62,7 @@ fn the_path_is_free_at_once_and_the_slot_is_claimable_only_once_finished() {
 #[test]
 fn a_dropped_recycle_still_finishes() {
     let Some(t) = TestTree::v1() else { return };
-    let cg = t.cgroups(t.config());
-    cg.pool().warm(Path::new("default"), 1).unwrap();
-    let a = cg.create("/default/a", Some(&limited())).unwrap();
+    let (cg, a) = claimed(&t);
     drop(pending(a.destroy_detached().unwrap()));
     assert_eq!(assert_slots_consistent(&t, "default"), 1);
     assert_eq!(cg.pool_status().unwrap()[0].counters.recycles, 1);

@@ -205,15 +205,7 @@ impl Pool {
     /// Give back an empty cgroup (the caller waited for it to empty):
     /// recycled into a long-lived parent's slots, kept for this process's
     /// next container in the parent, or removed. `counted`: the container
-    /// was created by this process (not loaded).
-    pub fn release(&self, path: &CgroupPath, dirs: &Dirs, counted: bool) -> Result<Released> {
-        match self.release_begin(path, dirs, counted)? {
-            v1::Detach::Done(r) => Ok(r),
-            v1::Detach::Detached(d) => v1::finish(self, d),
-        }
-    }
-
-    /// [`Pool::release`], but a recycle into shared slots returns once the
+    /// was created by this process (not loaded). A recycle returns once the
     /// cgroup has left its path: the caller finishes the returned
     /// [`PendingRecycle`] when it likes (after its reply).
     pub fn release_detached(
@@ -222,23 +214,17 @@ impl Pool {
         dirs: &Dirs,
         counted: bool,
     ) -> Result<Releasing> {
-        Ok(match self.release_begin(path, dirs, counted)? {
-            v1::Detach::Done(r) => Releasing::Done(r),
-            v1::Detach::Detached(d) => Releasing::Pending(PendingRecycle::new(self.clone(), d)),
-        })
-    }
-
-    fn release_begin(&self, path: &CgroupPath, dirs: &Dirs, counted: bool) -> Result<v1::Detach> {
         let parent = path.parent();
         if self.hier.is_v2() || !self.is_long_lived(&parent) {
-            return self
-                .release_local(path, dirs, counted)
-                .map(v1::Detach::Done);
+            return self.release_local(path, dirs, counted).map(Releasing::Done);
         }
         if counted {
             self.leave(&parent, true);
         }
-        v1::detach(self, path, dirs)
+        Ok(match v1::detach(self, path, dirs)? {
+            v1::Detach::Done(r) => Releasing::Done(r),
+            v1::Detach::Detached(d) => Releasing::Pending(PendingRecycle::new(self.clone(), d)),
+        })
     }
 
     /// Top up a long-lived `parent` below the low water mark. Returns the

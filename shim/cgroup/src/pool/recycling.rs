@@ -36,10 +36,8 @@ impl PendingRecycle {
     /// Reset the limits and publish the slot (or remove the cgroup when
     /// that fails).
     pub fn finish(mut self) -> Result<Released> {
-        match self.detached.take() {
-            Some(d) => v1::finish(&self.pool, d),
-            None => Ok(Released::Recycled),
-        }
+        let d = self.detached.take().expect("taken only here and in drop");
+        v1::finish(&self.pool, d)
     }
 }
 

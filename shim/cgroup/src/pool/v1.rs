@@ -115,7 +115,7 @@ fn follower_rename(
 /// are left ([`finish`]).
 #[derive(Debug)]
 pub(crate) struct Detached {
-    parent: PathBuf,
+    st: super::state::ParentState,
     /// Each hierarchy's directory where it is now (leader first).
     dirs: Dirs,
     slot: String,
@@ -177,7 +177,7 @@ pub(crate) fn detach(pool: &Pool, path: &CgroupPath, dirs: &Dirs) -> Result<Deta
     }
     let moved = list.iter().zip(done).map(|((h, _), d)| (h.clone(), d));
     Ok(Detach::Detached(Detached {
-        parent,
+        st,
         dirs: Dirs::V1(moved.collect()),
         slot,
     }))
@@ -188,20 +188,20 @@ pub(crate) fn detach(pool: &Pool, path: &CgroupPath, dirs: &Dirs) -> Result<Deta
 /// A reset that fails removes the cgroup instead.
 pub(crate) fn finish(pool: &Pool, d: Detached) -> Result<Released> {
     let fs = pool.fs.as_ref();
-    let st = pool.state(&d.parent)?;
     let Dirs::V1(list) = &d.dirs else {
         unreachable!("v1 pool on v2")
     };
-    let published = list[0].0.mount.join(&d.parent).join(&d.slot);
+    // The slot's name beside the leader's marker.
+    let published = list[0].1.with_file_name(&d.slot);
     let r = reset::v1(fs, &d.dirs).and_then(|()| {
         fs.rename(&list[0].1, &published)
             .map_err(|e| Error::io("rename", &published, e))
     });
     if let Err(e) = r {
         tracing::warn!(%e, "cannot reset or publish a recycled cgroup; removing it instead");
-        return abort_recycle(pool, &d.dirs, &[], &st);
+        return abort_recycle(pool, &d.dirs, &[], &d.st);
     }
-    st.bump(|c| c.recycles += 1)?;
+    d.st.bump(|c| c.recycles += 1)?;
     Ok(Released::Recycled)
 }
 
