@@ -15,8 +15,6 @@ use rund_sys::mount::{mount_setattr, move_mount_to, MountAttr, MOUNT_ATTR_IDMAP}
 
 use super::UsernsError;
 
-const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
-
 /// A detached, idmapped copy of the mount at `path` (with its submounts
 /// when `recursive`), ready for `attach` or to be passed to the agent.
 pub fn idmapped_clone(
@@ -77,9 +75,7 @@ pub fn attach(tree: BorrowedFd<'_>, target: &Path) -> Result<(), UsernsError> {
 }
 
 fn check_userns(path: &Path, userns: BorrowedFd<'_>) -> Result<(), UsernsError> {
-    // SAFETY: NS_GET_NSTYPE takes no argument and returns a CLONE_NEW* type or -1.
-    let t = unsafe { libc::ioctl(userns.as_raw_fd(), NS_GET_NSTYPE) };
-    if t != libc::CLONE_NEWUSER {
+    if !rund_sys::ns::is_kind(userns, "user") {
         return Err(idmap_err(
             path,
             format!("fd {} is not a user namespace", userns.as_raw_fd()),
@@ -135,4 +131,26 @@ pub fn first_unsupported(
             _ => None,
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_user_namespace_idmaps() {
+        let tree = std::fs::File::open("/").unwrap();
+        let path = Path::new("/x");
+        for not_userns in ["/proc/self/ns/net", "/dev/null"] {
+            let f = std::fs::File::open(not_userns).unwrap();
+            let err = set_idmap(tree.as_fd(), path, false, f.as_fd()).unwrap_err();
+            assert!(
+                err.to_string().contains("is not a user namespace"),
+                "{not_userns}: {err}"
+            );
+        }
+        // A user namespace passes the check (the idmap itself needs a detached tree).
+        let user = std::fs::File::open("/proc/self/ns/user").unwrap();
+        assert!(check_userns(path, user.as_fd()).is_ok());
+    }
 }
