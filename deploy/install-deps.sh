@@ -9,13 +9,6 @@ if [ "${1:-}" = "--list" ]; then
     echo $PKGS
     exit 0
 fi
-# The static agent and rund-init are built for musl (see the Makefile).
-MUSL_TARGET=$(rustc -vV 2>/dev/null | sed -n 's/^host: //p' | sed 's/-gnu$/-musl/')
-if [ -n "$MUSL_TARGET" ] && command -v rustup >/dev/null &&
-    ! rustup target list --installed | grep -qx "$MUSL_TARGET"; then
-    echo "deps: adding the Rust target $MUSL_TARGET"
-    rustup target add "$MUSL_TARGET"
-fi
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
