@@ -81,18 +81,36 @@ pub fn wake_with(wake: impl Fn() + Send + Sync + 'static) {
 /// back in its runtime's wait, so the code of its way back there is not
 /// run after the unmapping. Not inlined: the trimmer's loop, which runs
 /// after the unmapping, keeps to the pages it had.
+///
+/// Nothing here allocates outside the fork lock (`idle::FORKS`): a raw
+/// clone3 elsewhere in the process must not find this thread inside malloc,
+/// or the child would wait for the heap's lock forever. The path is built
+/// on the stack, and the wake (which spawns a task) runs under the lock.
 #[inline(never)]
 pub(super) fn let_go(limit: Duration) {
     let Some(wake) = WAKE.get() else {
         return;
     };
     let end = std::time::Instant::now() + limit;
-    let syscall = format!("/proc/self/task/{}/syscall", std::process::id());
-    if MAIN.ask(wake.as_ref(), limit) {
-        while !waiting(&syscall) && std::time::Instant::now() < end {
+    let mut buf = [0u8; 48];
+    let Some(syscall) = task_syscall_path(&mut buf, std::process::id()) else {
+        return;
+    };
+    let wake_locked = || super::idle::no_trim_while(wake);
+    if MAIN.ask(&wake_locked, limit) {
+        while !waiting(syscall) && std::time::Instant::now() < end {
             std::thread::sleep(Duration::from_micros(50));
         }
     }
+}
+
+/// `/proc/self/task/<tid>/syscall`, written into `buf`.
+fn task_syscall_path(buf: &mut [u8; 48], tid: u32) -> Option<&str> {
+    use std::io::Write;
+    let mut w: &mut [u8] = &mut buf[..];
+    write!(w, "/proc/self/task/{tid}/syscall").ok()?;
+    let len = 48 - w.len();
+    std::str::from_utf8(&buf[..len]).ok()
 }
 
 /// The thread whose `syscall` file this is waits in a syscall other than
@@ -215,6 +233,49 @@ mod tests {
         assert!(mem.iter().all(|&b| b == 7));
         // SAFETY: unmapping our own mapping; `mem` is not used after.
         unsafe { libc::munmap(p, len) };
+    }
+
+    #[test]
+    fn the_proc_path_is_built_on_the_stack() {
+        let mut buf = [0u8; 48];
+        assert_eq!(
+            task_syscall_path(&mut buf, 4_194_304),
+            Some("/proc/self/task/4194304/syscall")
+        );
+    }
+
+    /// The wake allocates (it spawns a task): it must wait while a fork
+    /// holds the fork lock, so no raw clone3 finds the trimmer in malloc.
+    #[test]
+    fn the_wake_waits_for_a_fork_in_progress() {
+        use std::sync::atomic::AtomicU64;
+        use std::time::Instant;
+        static WOKE_AT_NS: AtomicU64 = AtomicU64::new(0);
+        let t0 = Instant::now();
+        // A process-wide registration: this is the only test that sets it.
+        wake_with(move || {
+            WOKE_AT_NS.store(t0.elapsed().as_nanos() as u64, Ordering::SeqCst);
+        });
+        MAIN.dirty.store(true, Ordering::SeqCst);
+        let released_at = std::thread::scope(|s| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let forker = s.spawn(move || {
+                super::super::idle::no_trim_while(|| {
+                    tx.send(()).unwrap();
+                    std::thread::sleep(Duration::from_millis(100));
+                    t0.elapsed().as_nanos() as u64
+                })
+            });
+            rx.recv().unwrap();
+            let_go(Duration::from_millis(1));
+            forker.join().unwrap()
+        });
+        let woke = WOKE_AT_NS.load(Ordering::SeqCst);
+        assert!(woke > 0, "the wake ran");
+        assert!(
+            woke >= released_at,
+            "the wake ran at {woke} ns, inside the fork that held the lock until {released_at} ns"
+        );
     }
 
     #[test]
