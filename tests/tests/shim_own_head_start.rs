@@ -18,6 +18,10 @@ use rund_tests::RundBins;
 use serde_json::{json, Value};
 
 const SETTLE: Duration = Duration::from_secs(10);
+
+/// The tests of this file run one at a time: the orphan check counts every agent whose parent
+/// is no shim, and a sibling test's agent whose shim has just exited is one for a moment.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const USERNS: &str = "[userns]\nmode = \"always\"\n";
 
 /// `config` with `[trace] phases_file` in a dir of its own.
@@ -142,6 +146,7 @@ async fn shut_down_clean(d: Direct) {
 /// user namespace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_userns_pods_agent_is_launched_ahead_with_its_ids_and_taken() {
+    let _serial = SERIAL.lock().await;
     let Some(bins) = setup("a_userns_pods_agent_is_launched_ahead") else {
         return;
     };
@@ -182,6 +187,7 @@ async fn a_userns_pods_agent_is_launched_ahead_with_its_ids_and_taken() {
 /// the same ids, and the one launched ahead is killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_that_launches_otherwise_gets_its_own_agent() {
+    let _serial = SERIAL.lock().await;
     let Some(bins) = setup("a_create_that_launches_otherwise") else {
         return;
     };
@@ -224,6 +230,7 @@ async fn a_create_that_launches_otherwise_gets_its_own_agent() {
 /// Shutdown before any Create: the early agent is killed and its ids are freed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shim_shut_down_before_any_create_frees_the_early_agent_and_ids() {
+    let _serial = SERIAL.lock().await;
     let Some(bins) = setup("a_shim_shut_down_before_any_create_frees") else {
         return;
     };
@@ -237,6 +244,7 @@ async fn a_shim_shut_down_before_any_create_frees_the_early_agent_and_ids() {
 /// which stays in the host's pid namespace and is taken.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_pid_pods_agent_is_launched_ahead_and_taken() {
+    let _serial = SERIAL.lock().await;
     let Some(bins) = setup("a_host_pid_pods_agent_is_launched_ahead") else {
         return;
     };
@@ -292,6 +300,7 @@ fn orphan_agents() -> std::collections::BTreeSet<u32> {
 /// neither the agent nor the lease.
 #[test]
 fn a_start_whose_server_fails_leaves_no_agent_and_no_lease() {
+    let _serial = SERIAL.blocking_lock();
     let Some(bins) = setup("a_start_whose_server_fails_leaves_no_agent") else {
         return;
     };
