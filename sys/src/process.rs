@@ -18,6 +18,14 @@ pub fn clone3(flags: CloneFlags) -> Result<Option<Pid>, Errno> {
     clone3_into(flags, None)
 }
 
+/// A fork by raw clone3, for a process that is itself the child of a raw
+/// clone3 of a multi-threaded parent: libc's fork would take locks (its
+/// fork handlers', the heap's, musl's thread list) whose state is the
+/// parent's copy, held perhaps by a thread this process does not have.
+pub fn fork_raw() -> Result<Option<Pid>, Errno> {
+    clone3(CloneFlags::empty())
+}
+
 /// [`clone3`], the child starting in the cgroup v2 directory `cgroup`
 /// (`CLONE_INTO_CGROUP`, Linux 5.7) when one is given.
 pub fn clone3_into(

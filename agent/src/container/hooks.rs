@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-use nix::unistd::{dup2_stdin, fork, pipe, ForkResult};
+use nix::unistd::{dup2_stdin, pipe};
 use oci_spec::runtime::Hook;
 
 #[derive(Debug, thiserror::Error)]
@@ -41,9 +41,10 @@ pub fn run(hook: &Hook, state: &str) -> Result<(), HookError> {
     let argv = cstrs(&args);
     let envp = cstrs(&hook.env().clone().unwrap_or_default());
     let (r, w) = pipe().map_err(HookError::Pipe)?;
-    // SAFETY: this process is single-threaded; the child only dups fds and execs.
-    match unsafe { fork() }.map_err(HookError::Fork)? {
-        ForkResult::Child => {
+    // Raw: this is the container's process, a raw clone3 of the agent (see
+    // `rund_sys::process::fork_raw`); the child only dups fds and execs.
+    match rund_sys::process::fork_raw().map_err(HookError::Fork)? {
+        None => {
             drop(w);
             let _ = dup2_stdin(&r);
             let path = CString::new(hook.path().as_os_str().as_encoded_bytes()).unwrap_or_default();
@@ -59,7 +60,7 @@ pub fn run(hook: &Hook, state: &str) -> Result<(), HookError> {
             // SAFETY: leave the forked child without running any destructor.
             unsafe { libc::_exit(127) }
         }
-        ForkResult::Parent { child } => {
+        Some(child) => {
             drop(r);
             let mut f = std::fs::File::from(w);
             // A hook may not read its stdin: EPIPE is not an error.
