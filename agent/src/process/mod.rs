@@ -4,4 +4,6 @@ pub mod caps;
 pub mod exec;
 pub mod rlimit;
 pub mod seccomp;
+#[cfg(target_env = "musl")]
+mod seccomp_musl;
 pub mod user;
