@@ -20,37 +20,30 @@ build: deps
 	$(CARGO) build --workspace --bins
 	$(call static_bins,debug,)
 
-# rund-agent and containerd-shim-rund-v2 are linked static-pie: a pod's
-# start runs no ld.so and searches no library path (containerd hands its
-# children LD_LIBRARY_PATH=/opt/containerd/lib:), and an idle shim maps back
-# no windows of libc when it is polled. The agent (with rund-init inside it)
-# is built for musl: glibc's start-up probes the caches with about 90
-# `cpuid`s, which a VM traps (0.85 ms of every exec on this machine, once
-# per pod); musl's makes none. Its libseccomp is Debian's static archive,
-# copied into a directory of its own so that the musl link cannot find
-# glibc's libc.a beside it. The shim stays on glibc (rdma-sys and NVML's
-# crates build against the host's headers). Each is a build of its own,
-# since cargo's rustflags cover a whole build and `rund` stays dynamic: it
-# dlopens libibverbs and NVML, for itself and for the shim (`rund helper`).
-# The result replaces the dynamic binaries that any other cargo build puts in
+# rund-agent and containerd-shim-rund-v2 are linked static-pie (glibc, and
+# libseccomp in the agent, inside): a pod's start runs no ld.so and searches
+# no library path (containerd hands its children
+# LD_LIBRARY_PATH=/opt/containerd/lib:), and an idle shim maps back no
+# windows of libc when it is polled. Each is a build of its own, for the host
+# triple, since cargo's rustflags cover a whole build and `rund` stays
+# dynamic: it dlopens libibverbs and NVML, for itself and for the shim
+# (`rund helper`). The result replaces
+# the dynamic binaries that any other cargo build puts in
 # $(TARGET_DIR)/<profile>; the integration tests install them again first,
 # and rund_install's static-pie tests (RUND_REQUIRE_BINS=1) and
 # test-linkorder fail on a dynamic one.
 HOST_TRIPLE := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
-MUSL_TRIPLE := $(subst -gnu,-musl,$(HOST_TRIPLE))
-SECCOMP_DIR = $(TARGET_DIR)/seccomp-static
-SECCOMP_ENV = LIBSECCOMP_LINK_TYPE=static LIBSECCOMP_LIB_PATH=$(SECCOMP_DIR)
-SECCOMP_COPY = mkdir -p $(SECCOMP_DIR) && \
-	cp -f "$$($${CC:-cc} -print-file-name=libseccomp.a)" $(SECCOMP_DIR)/libseccomp.a
+SECCOMP_ENV = LIBSECCOMP_LINK_TYPE=static \
+	LIBSECCOMP_LIB_PATH="$$(dirname "$$($${CC:-cc} -print-file-name=libseccomp.a)")"
 STATIC_RUSTFLAGS = -C target-feature=+crt-static
 STATIC_ENV = RUSTFLAGS="$(STATIC_RUSTFLAGS)" $(SECCOMP_ENV)
+STATIC_BINS := rund-agent containerd-shim-rund-v2
 # $(1): debug or release; $(2): more environment.
 define static_bins
-	$(SECCOMP_COPY)
-	$(2) $(STATIC_ENV) $(CARGO) build $(if $(filter release,$(1)),--release) -p rund-agent --target $(MUSL_TRIPLE)
+	$(2) $(STATIC_ENV) $(CARGO) build $(if $(filter release,$(1)),--release) -p rund-agent --target $(HOST_TRIPLE)
 	$(2) $(STATIC_ENV) $(CARGO) build $(if $(filter release,$(1)),--release) -p rund-shim --bin containerd-shim-rund-v2 --target $(HOST_TRIPLE)
-	for tb in $(MUSL_TRIPLE)/rund-agent $(HOST_TRIPLE)/containerd-shim-rund-v2; do b=$${tb#*/}; \
-		cp $(TARGET_DIR)/$${tb%/*}/$(1)/$$b $(TARGET_DIR)/$(1)/.$$b.static && \
+	for b in $(STATIC_BINS); do \
+		cp $(TARGET_DIR)/$(HOST_TRIPLE)/$(1)/$$b $(TARGET_DIR)/$(1)/.$$b.static && \
 		mv -f $(TARGET_DIR)/$(1)/.$$b.static $(TARGET_DIR)/$(1)/$$b || exit 1; done
 endef
 
@@ -71,7 +64,6 @@ lint:
 	rustfmt --edition 2021 --check fuzz/src/lib.rs fuzz/fuzz_targets/*.rs
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p rund-benches --all-targets --features spec-bench,devices-bench,keeper-bench -- -D warnings
-	$(CARGO) clippy -p rund-agent --target $(MUSL_TRIPLE) -- -D warnings
 
 # RUND_REQUIRE_ALL=1: a test that would skip fails unless tests/skips/host.txt allows it.
 test-unit:
@@ -173,11 +165,9 @@ ALIGNED_ENV = RUSTFLAGS="$(STATIC_RUSTFLAGS) -C llvm-args=-align-all-functions=1
 link-order: release
 	rm -rf $(TARGET_DIR)/linkorder && mkdir -p $(TARGET_DIR)/linkorder/ordered $(TARGET_DIR)/linkorder/aligned
 	for b in $(LINK_ORDER_BINS); do cp $(TARGET_DIR)/release/$$b $(TARGET_DIR)/linkorder/ordered/; done
-	$(SECCOMP_COPY)
-	$(ALIGNED_ENV) $(CARGO) build --release -p rund-agent --target $(MUSL_TRIPLE)
+	$(ALIGNED_ENV) $(CARGO) build --release -p rund-agent --target $(HOST_TRIPLE)
 	$(ALIGNED_ENV) $(CARGO) build --release -p rund-shim --bin containerd-shim-rund-v2 --target $(HOST_TRIPLE)
-	cp $(TARGET_DIR)/linkorder-aligned/$(MUSL_TRIPLE)/release/rund-agent $(TARGET_DIR)/linkorder/aligned/
-	cp $(TARGET_DIR)/linkorder-aligned/$(HOST_TRIPLE)/release/containerd-shim-rund-v2 $(TARGET_DIR)/linkorder/aligned/
+	for b in $(STATIC_BINS); do cp $(TARGET_DIR)/linkorder-aligned/$(HOST_TRIPLE)/release/$$b $(TARGET_DIR)/linkorder/aligned/; done
 	cp $(TARGET_DIR)/release/rund $(TARGET_DIR)/linkorder/aligned/
 	linkorder/profile.sh $(TARGET_DIR)/linkorder/ordered $(TARGET_DIR)/linkorder/aligned
 	$(CARGO) build --release -p rund-shim

@@ -2,9 +2,6 @@
 //! containers that opt into an init run it from a sealed memfd, and it must
 //! work in images without a libc. A nested cargo, with its own target dir,
 //! is the one way to give one crate `crt-static` whatever the outer build.
-//! It is built for musl, as the static agent is: glibc's start-up costs
-//! each exec about 90 `cpuid`s, which a VM traps (`rustup target add
-//! x86_64-unknown-linux-musl`; `make deps` does).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -18,9 +15,6 @@ fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("manifest dir"))
         .join("../init/Cargo.toml");
     let target_dir = out.join("init-target");
-    let target = std::env::var("TARGET")
-        .expect("TARGET")
-        .replace("-gnu", "-musl");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.args([
@@ -29,8 +23,6 @@ fn main() {
         "--quiet",
         "--bin",
         "rund-init",
-        "--target",
-        &target,
         "--manifest-path",
     ])
     .arg(&manifest)
@@ -44,12 +36,8 @@ fn main() {
     .env_remove("CARGO_TARGET_DIR")
     .env_remove("CARGO_BUILD_TARGET_DIR");
     let status = cmd.status().expect("run cargo for rund-init");
-    assert!(
-        status.success(),
-        "building rund-init (static, {target}) failed; is the target installed? \
-         (rustup target add {target}, or make deps)"
-    );
-    let bin = target_dir.join(&target).join("release/rund-init");
+    assert!(status.success(), "building rund-init (static) failed");
+    let bin = target_dir.join("release/rund-init");
     println!("cargo:rustc-env=RUND_INIT_BIN={}", bin.display());
     for f in [
         "../init/src/main.rs",

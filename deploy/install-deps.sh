@@ -9,17 +9,6 @@ if [ "${1:-}" = "--list" ]; then
     echo $PKGS
     exit 0
 fi
-# The static agent and rund-init are built for musl (see the Makefile).
-MUSL_TARGET=$(rustc -vV 2>/dev/null | sed -n 's/^host: //p' | sed 's/-gnu$/-musl/')
-if [ -n "$MUSL_TARGET" ] &&
-    ! [ -d "$(rustc --print target-libdir --target "$MUSL_TARGET" 2>/dev/null)" ]; then
-    if ! command -v rustup >/dev/null; then
-        echo "deps: the Rust target $MUSL_TARGET is missing (the static agent is built for it), and there is no rustup to add it" >&2
-        exit 1
-    fi
-    echo "deps: adding the Rust target $MUSL_TARGET"
-    rustup target add "$MUSL_TARGET"
-fi
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

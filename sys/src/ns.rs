@@ -43,7 +43,7 @@ pub fn open_ns(kind: &str, path: &Path) -> io::Result<OwnedFd> {
 /// The CLONE_NEW* type of the namespace `fd` is, if it is one.
 fn ns_type(fd: BorrowedFd<'_>) -> Option<i32> {
     // SAFETY: NS_GET_NSTYPE takes no argument and returns the CLONE_NEW* type or -1.
-    let t = unsafe { libc::ioctl(fd.as_raw_fd(), NS_GET_NSTYPE as libc::Ioctl) };
+    let t = unsafe { libc::ioctl(fd.as_raw_fd(), NS_GET_NSTYPE) };
     (t >= 0).then_some(t)
 }
 

@@ -57,19 +57,9 @@ pub fn clone3_into(
 
 /// Marks every fd >= `first` close-on-exec (Linux 5.11).
 pub fn cloexec_from(first: u32) -> Result<(), Errno> {
-    const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
+    const CLOSE_RANGE_CLOEXEC: i32 = 1 << 2;
     // SAFETY: close_range with CLOEXEC only sets a flag on fds; none is closed.
-    unsafe { close_range(first, u32::MAX, CLOSE_RANGE_CLOEXEC) }
-}
-
-/// close_range(2) as a raw syscall (musl has no wrapper).
-///
-/// # Safety
-/// Without CLOSE_RANGE_CLOEXEC it closes the fds `first..=last`: nothing
-/// may use them afterwards (an `OwnedFd` among them would close a reused number).
-pub unsafe fn close_range(first: u32, last: u32, flags: u32) -> Result<(), Errno> {
-    // SAFETY: the syscall takes three integers; the caller answers for the fds.
-    let r = unsafe { libc::syscall(libc::SYS_close_range, first, last, flags) };
+    let r = unsafe { libc::close_range(first, u32::MAX, CLOSE_RANGE_CLOEXEC) };
     Errno::result(r).map(drop)
 }
 
@@ -107,15 +97,13 @@ pub fn fexecve(fd: BorrowedFd<'_>, argv: &[CString], envp: &[CString]) -> Errno 
     let mut e: Vec<*const libc::c_char> = envp.iter().map(|s| s.as_ptr()).collect();
     e.push(std::ptr::null());
     let empty = c"";
-    // SAFETY: argv/envp are NULL-terminated arrays of valid C strings that
-    // outlive the call. A raw syscall: musl has no wrapper.
+    // SAFETY: argv/envp are NULL-terminated arrays of valid C strings that outlive the call.
     unsafe {
-        libc::syscall(
-            libc::SYS_execveat,
+        libc::execveat(
             fd.as_raw_fd(),
             empty.as_ptr(),
-            a.as_ptr(),
-            e.as_ptr(),
+            a.as_ptr() as *const *mut libc::c_char,
+            e.as_ptr() as *const *mut libc::c_char,
             libc::AT_EMPTY_PATH,
         )
     };

@@ -3,10 +3,7 @@
 use nix::errno::Errno;
 
 /// A resource number as prlimit(2) takes it.
-#[cfg(target_env = "gnu")]
 pub type Resource = libc::__rlimit_resource_t;
-#[cfg(not(target_env = "gnu"))]
-pub type Resource = libc::c_int;
 
 /// Every rlimit an OCI spec may name.
 pub const NAMES: [(&str, Resource); 16] = [

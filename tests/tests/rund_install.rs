@@ -219,30 +219,6 @@ fn the_agent_is_static_pie() {
     assert_static_pie("the_agent_is_static_pie", rund_tests::bins::AGENT_BIN);
 }
 
-/// The agent (with rund-init inside) is linked against musl, whose start-up makes no `cpuid`
-/// (glibc's makes about 90, each a trap to the hypervisor in a VM). glibc's start files carry
-/// the GNU ABI tag note; musl's do not.
-#[test]
-fn the_agent_is_not_linked_against_glibc() {
-    let Some((path, kind)) = shipped(
-        "the_agent_is_not_linked_against_glibc",
-        rund_tests::bins::AGENT_BIN,
-    ) else {
-        return;
-    };
-    assert!(
-        !kind.gnu_abi_tag,
-        "{} carries glibc's ABI tag: `make build` links it against musl",
-        path.display()
-    );
-    // The control: Debian's own binaries are glibc's.
-    let control = std::fs::read("/bin/true").expect("read /bin/true");
-    assert!(
-        ElfKind::of(&control).is_some_and(|k| k.gnu_abi_tag),
-        "the note parser finds no ABI tag in /bin/true"
-    );
-}
-
 #[test]
 fn the_shim_is_static_pie() {
     assert_static_pie("the_shim_is_static_pie", rund_tests::bins::SHIM_BIN);
@@ -265,9 +241,18 @@ fn the_cli_is_dynamic() {
 }
 
 fn assert_static_pie(test: &str, bin: &str) {
-    let Some((path, kind)) = shipped(test, bin) else {
+    let Some(bins) = rund_bins_or_skip(test) else {
         return;
     };
+    let path = bins.path(bin);
+    let elf = std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let kind = ElfKind::of(&elf).unwrap_or_else(|| panic!("{}: not a 64-bit ELF", path.display()));
+    if kind.interp && std::env::var(rund_tests::bins::REQUIRE_ENV).as_deref() != Ok("1") {
+        rund_tests::skip!(
+            "{} is dynamic (a plain cargo build): `make build` links it static-pie",
+            path.display()
+        );
+    }
     assert!(
         !kind.interp,
         "{} names a program interpreter: not static",
@@ -280,37 +265,19 @@ fn assert_static_pie(test: &str, bin: &str) {
     );
 }
 
-/// `bin` as the tests run it, with its ELF facts; `None` (skipped) for a dynamic one from a
-/// plain cargo build, unless RUND_REQUIRE_BINS=1 asks for what ships.
-fn shipped(test: &str, bin: &str) -> Option<(std::path::PathBuf, ElfKind)> {
-    let bins = rund_bins_or_skip(test)?;
-    let path = bins.path(bin);
-    let elf = std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-    let kind = ElfKind::of(&elf).unwrap_or_else(|| panic!("{}: not a 64-bit ELF", path.display()));
-    if kind.interp && std::env::var(rund_tests::bins::REQUIRE_ENV).as_deref() != Ok("1") {
-        rund_tests::skip!(
-            "{} is dynamic (a plain cargo build): `make build` links it static-pie",
-            path.display()
-        );
-    }
-    Some((path, kind))
-}
-
 /// The ELF facts that tell static-pie apart: no PT_INTERP, ET_DYN with a PT_DYNAMIC (its
-/// own relocations); and whether a PT_NOTE holds glibc's NT_GNU_ABI_TAG.
+/// own relocations).
 #[derive(Debug)]
 struct ElfKind {
     interp: bool,
     dynamic: bool,
     pie: bool,
-    gnu_abi_tag: bool,
 }
 
 impl ElfKind {
     fn of(b: &[u8]) -> Option<ElfKind> {
         const PT_DYNAMIC: u32 = 2;
         const PT_INTERP: u32 = 3;
-        const PT_NOTE: u32 = 4;
         const ET_DYN: u16 = 3;
         if b.get(..5)? != b"\x7fELF\x02" || b.get(5)? != &1 {
             return None;
@@ -326,40 +293,10 @@ impl ElfKind {
         let types: Vec<u32> = (0..phnum)
             .map(|i| u32_at(phoff + i * phentsize))
             .collect::<Option<_>>()?;
-        let mut gnu_abi_tag = false;
-        for i in (0..phnum).filter(|i| types[*i] == PT_NOTE) {
-            let ph = phoff + i * phentsize;
-            let (off, size) = (
-                usize::try_from(u64_at(ph + 8)?).ok()?,
-                usize::try_from(u64_at(ph + 32)?).ok()?,
-            );
-            gnu_abi_tag |= has_abi_tag(b.get(off..off.checked_add(size)?)?);
-        }
         Some(ElfKind {
             interp: types.contains(&PT_INTERP),
             dynamic: types.contains(&PT_DYNAMIC),
             pie: u16_at(16)? == ET_DYN,
-            gnu_abi_tag,
         })
     }
-}
-
-/// Whether a note segment holds a "GNU" note of type NT_GNU_ABI_TAG (1).
-fn has_abi_tag(mut notes: &[u8]) -> bool {
-    let u32_at = |b: &[u8], o: usize| {
-        b.get(o..o + 4)
-            .map(|x| u32::from_le_bytes(x.try_into().unwrap()) as usize)
-    };
-    let pad4 = |n: usize| n.div_ceil(4) * 4;
-    while let (Some(namesz), Some(descsz), Some(kind)) =
-        (u32_at(notes, 0), u32_at(notes, 4), u32_at(notes, 8))
-    {
-        if kind == 1 && notes.get(12..12 + namesz) == Some(b"GNU\0".as_slice()) {
-            return true;
-        }
-        let next = 12 + pad4(namesz) + pad4(descsz);
-        let Some(rest) = notes.get(next..) else { break };
-        notes = rest;
-    }
-    false
 }

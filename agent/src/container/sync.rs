@@ -100,12 +100,12 @@ pub fn close_others(keep: &[RawFd]) {
         if fd > next {
             // SAFETY: closes only fds outside `keep`, which nothing in this
             // freshly forked child uses.
-            let _ = unsafe { rund_sys::process::close_range(next, fd - 1, 0) };
+            unsafe { libc::close_range(next, fd - 1, 0) };
         }
         next = fd + 1;
     }
     // SAFETY: as above, for everything above the last fd kept.
-    let _ = unsafe { rund_sys::process::close_range(next, u32::MAX, 0) };
+    unsafe { libc::close_range(next, u32::MAX, 0) };
 }
 
 pub fn raw<F: AsFd>(f: &F) -> RawFd {

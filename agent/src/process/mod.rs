@@ -4,6 +4,4 @@ pub mod caps;
 pub mod exec;
 pub mod rlimit;
 pub mod seccomp;
-#[cfg(target_env = "musl")]
-mod seccomp_musl;
 pub mod user;

@@ -70,16 +70,10 @@ impl Quiet {
     }
 }
 
-/// musl's allocator gives freed memory back by itself and has no arenas:
-/// nothing to set there.
-#[cfg(not(target_env = "gnu"))]
-pub fn lean_malloc(_threshold: usize) {}
-
 /// For a process that is idle nearly all its life: one malloc arena (every
 /// thread would otherwise get, and keep, its own), and a fixed threshold
 /// above which allocations are mmapped and the top of the heap is given
 /// back, so large frees go back to the kernel.
-#[cfg(target_env = "gnu")]
 pub fn lean_malloc(threshold: usize) {
     let t = i32::try_from(threshold).unwrap_or(i32::MAX);
     // SAFETY: mallopt only sets allocator parameters; callers run it before
@@ -120,12 +114,8 @@ fn plan(spans: &mut [plan::Span; MAX_SPANS]) -> usize {
         }
     }
     // SAFETY: malloc_trim only releases free heap memory (MADV_DONTNEED on
-    // free chunks); live allocations are untouched. musl returns free pages
-    // as it frees them.
-    #[cfg(target_env = "gnu")]
-    unsafe {
-        libc::malloc_trim(0)
-    };
+    // free chunks); live allocations are untouched.
+    unsafe { libc::malloc_trim(0) };
     n
 }
 

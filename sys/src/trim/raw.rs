@@ -25,7 +25,7 @@ pub fn futex_wait(word: &AtomicU32, seen: u32) {
 /// [`futex_wait`] for at most `limit`.
 pub fn futex_wait_for(word: &AtomicU32, seen: u32, limit: std::time::Duration) {
     let ts = libc::timespec {
-        tv_sec: limit.as_secs().min(i64::MAX as u64) as _,
+        tv_sec: limit.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: limit.subsec_nanos() as libc::c_long,
     };
     wait(word, seen, Some(&ts));
