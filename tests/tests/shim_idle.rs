@@ -9,6 +9,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use rund_tests::shim::memory::mapped_kb;
 use rund_tests::shim::residue::agents_of;
 use rund_tests::shim::{unique_id, Bundle, Direct};
 use rund_tests::RundBins;
@@ -19,15 +20,6 @@ fn setup(test: &str) -> Option<RundBins> {
 
 fn rootfs() -> &'static Path {
     rund_tests::shim::busybox_rootfs()
-}
-
-/// kB resident in `pid`'s clean, read-only file mappings (what a trim unmaps).
-fn mapped_kb(pid: u32) -> u64 {
-    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
-    rund_sys::trim::trimmable(&smaps)
-        .iter()
-        .map(|m| m.rss_kb)
-        .sum()
 }
 
 /// kB resident in `pid`'s main thread stack.

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use rund_tests::cri::{CriFixture, Handler};
 use rund_tests::pernode::*;
+use rund_tests::shim::memory::mapped_kb;
 use rund_tests::{
     assert_no_leaks_within, ContainerSpec, Containerd, ContainerdOpts, LeakSnapshot, BUSYBOX_IMAGE,
 };
@@ -77,6 +78,56 @@ fn a_pod_claims_a_warm_agent_and_the_pool_refills() {
             "warm agent {pid} went with the node"
         );
     }
+    assert_no_leaks_within(&ctd, &before, GRACE);
+}
+
+/// A warm agent that waits gives back its start-up pages (after 8 idle delays: 2 s here),
+/// where it used to keep them until claimed, and still serves the pod that claims it.
+#[test]
+fn a_waiting_warm_agent_gives_back_its_start_up_pages() {
+    let config = format!("{WARM}[idle]\ntrim_after_ms = 250\n");
+    let Some(ctd) = start(
+        "a_waiting_warm_agent_gives_back_its_start_up_pages",
+        &config,
+    ) else {
+        return;
+    };
+    let rootfs = ctd.busybox_rootfs().unwrap();
+    let before = LeakSnapshot::take(&ctd);
+    run_detached(&ctd, "wt", &rootfs);
+    let task = task_pid(&ctd, "wt");
+    let node = shim_of(task).unwrap();
+    let agents = agents_reach(node, 3);
+    let own = ppid_and_comm(task).map(|(pp, _)| pp).unwrap();
+    let warm: Vec<u32> = agents.into_iter().filter(|&a| a != own).collect();
+    assert_eq!(warm.len(), 2, "two warm agents beside wt's ({own})");
+    let fresh: Vec<u64> = warm.iter().map(|&p| mapped_kb(p)).collect();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut now = fresh.clone();
+    while Instant::now() < deadline && now.iter().zip(&fresh).any(|(n, f)| n * 2 > *f) {
+        std::thread::sleep(Duration::from_millis(200));
+        now = warm.iter().map(|&p| mapped_kb(p)).collect();
+    }
+    eprintln!("warm agents {warm:?}: mapped {fresh:?} kB when found, {now:?} kB after waiting");
+    assert!(
+        fresh.iter().all(|&f| f >= 256),
+        "a fresh warm agent maps its start-up text: {fresh:?} kB"
+    );
+    assert!(
+        now.iter().zip(&fresh).all(|(n, f)| n * 2 <= *f),
+        "waiting warm agents kept their start-up pages: {fresh:?} -> {now:?} kB"
+    );
+    let out = ctd
+        .run_spec(&spec(&ctd, "wt2", &rootfs, &["echo", "warm"]))
+        .unwrap();
+    assert_eq!((out.code(), out.stdout.as_str()), (0, "warm\n"), "{out:?}");
+    let log = node_log(&ctd);
+    let pid = claimed_warm_pid(&log, "wt2").expect("wt2 claimed a warm agent");
+    assert!(
+        warm.contains(&pid),
+        "wt2 claimed a trimmed one ({pid}, not {warm:?}):\n{log}"
+    );
+    remove(&ctd, "wt");
     assert_no_leaks_within(&ctd, &before, GRACE);
 }
 

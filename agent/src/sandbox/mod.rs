@@ -121,6 +121,9 @@ async fn serve(cfg: &LaunchConfig, sync: &OwnedFd, init_bin: InitBinary) -> Resu
         std::process::id()
     );
     launch::send_json(std::os::fd::AsFd::as_fd(sync), &SyncMsg::Ready).map_err(|e| rt(&e))?;
+    if cfg.warm {
+        service.idle.waiting();
+    }
     // Closing fd 5 ends the handshake: /dev/null replaces it, so the number
     // stays taken and the OwnedFd held by main() stays valid.
     let null = std::fs::File::open("/dev/null").map_err(|e| rt(&e))?;

@@ -13,6 +13,7 @@ pub mod bundle;
 pub mod error;
 pub mod events;
 pub mod flow;
+pub mod memory;
 pub mod residue;
 pub mod server;
 mod state;
