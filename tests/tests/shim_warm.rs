@@ -35,6 +35,12 @@ fn agents_reach(node: u32, want: usize) -> Vec<u32> {
     }
 }
 
+/// The node's warm agents: its agents less the one serving the pod of `task`.
+fn warm_beside(agents: Vec<u32>, task: u32) -> (u32, Vec<u32>) {
+    let own = ppid_and_comm(task).map(|(pp, _)| pp).unwrap();
+    (own, agents.into_iter().filter(|&a| a != own).collect())
+}
+
 fn claimed(ctd: &Containerd, id: &str) -> bool {
     claimed_warm(&node_log(ctd), id)
 }
@@ -98,8 +104,7 @@ fn a_waiting_warm_agent_gives_back_its_start_up_pages() {
     let task = task_pid(&ctd, "wt");
     let node = shim_of(task).unwrap();
     let agents = agents_reach(node, 3);
-    let own = ppid_and_comm(task).map(|(pp, _)| pp).unwrap();
-    let warm: Vec<u32> = agents.into_iter().filter(|&a| a != own).collect();
+    let (own, warm) = warm_beside(agents, task);
     assert_eq!(warm.len(), 2, "two warm agents beside wt's ({own})");
     let fresh: Vec<u64> = warm.iter().map(|&p| mapped_kb(p)).collect();
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -161,8 +166,7 @@ fn dead_warm_agents_are_skipped_and_replaced() {
         node_log(&ctd)
     );
     std::thread::sleep(Duration::from_millis(50));
-    let own = ppid_and_comm(task).map(|(pp, _)| pp).unwrap();
-    let warm: Vec<u32> = agents.into_iter().filter(|&a| a != own).collect();
+    let (own, warm) = warm_beside(agents, task);
     assert_eq!(warm.len(), 2, "two warm agents beside wd's ({own})");
     for &pid in &warm {
         kill9(pid);

@@ -21,7 +21,7 @@ impl IdleTrim {
     }
 
     /// A warm agent now waits for its pod: a node's pool may keep it for
-    /// good, holding its start-up pages (1.2 MiB of text), so it trims after
+    /// good, holding its start-up pages (about 1.4 MiB of text), so it trims after
     /// [`WAITING_FACTOR`] times `after`. A head start's Create comes well
     /// before that, and the pod's first Start sets the usual delay again.
     pub fn waiting(&self) {
@@ -30,4 +30,4 @@ impl IdleTrim {
 }
 
 /// How many idle delays a waiting warm agent keeps its pages.
-pub const WAITING_FACTOR: u32 = 8;
+const WAITING_FACTOR: u32 = 8;
